@@ -1,0 +1,146 @@
+"""The library's exception tree.
+
+Every error a user can see from this package is one of these. Backends translate
+their low-level errors (``OSError``, ``aiohttp`` errors, Kubernetes ``Status``
+objects, agent protocol errors) into this tree at their boundary, once, with
+``raise ... from exc`` so the cause stays inspectable.
+
+```
+SandboxError
+├── SandboxValidationError        bad input; never reached a backend
+├── SandboxBackendUnavailableError backend cannot be used here (no bwrap, no cluster, ...)
+├── SandboxCreationError          a sandbox failed to start
+├── SandboxNotRunningError        the sandbox is gone or not running
+│   └── SandboxTerminatedError    ... because this client stopped it
+├── SandboxTimeoutError           a deadline passed (``.result`` holds partial output of an exec)
+│   └── PoolTimeoutError          no sandbox could be leased in time
+├── SandboxExecutionError         ``check=True`` and the command exited non-zero (``.exec_result``)
+├── SandboxFileError              read/write failed (``.path``)
+├── SandboxTransportError         the channel to the sandbox broke (agent died, socket dropped)
+└── PoolError
+    └── PoolClosedError           the pool is closed
+```
+
+``infrastructure`` tells whether an error is the platform's fault (the sandbox,
+backend or transport failed) rather than the program's own outcome: a trainer
+should drop infrastructure failures from reward statistics instead of reading them
+as a zero reward. A command timeout is the program's outcome, not infrastructure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from ._types import ExecResult
+
+__all__ = [
+    "PoolClosedError",
+    "PoolError",
+    "PoolTimeoutError",
+    "SandboxBackendUnavailableError",
+    "SandboxCreationError",
+    "SandboxError",
+    "SandboxExecutionError",
+    "SandboxFileError",
+    "SandboxNotRunningError",
+    "SandboxTerminatedError",
+    "SandboxTimeoutError",
+    "SandboxTransportError",
+    "SandboxValidationError",
+]
+
+
+class SandboxError(Exception):
+    """Root of every error raised by this library."""
+
+    infrastructure: ClassVar[bool] = True
+
+    def __init__(self, message: str, *, sandbox_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.sandbox_id = sandbox_id
+
+
+class SandboxValidationError(SandboxError, ValueError):
+    """Bad input (empty argv, NUL bytes, relative paths, negative timeouts...)."""
+
+    infrastructure = False
+
+
+class SandboxBackendUnavailableError(SandboxError):
+    """The backend cannot be used on this machine or cannot be reached."""
+
+
+class SandboxCreationError(SandboxError):
+    """A sandbox failed to start (process died, pod failed, image pull error...)."""
+
+    def __init__(self, message: str, *, sandbox_id: str | None = None, reason: str | None = None) -> None:
+        super().__init__(message, sandbox_id=sandbox_id)
+        self.reason = reason
+
+
+class SandboxNotRunningError(SandboxError):
+    """The sandbox is not running (it died, was evicted, or never started)."""
+
+
+class SandboxTerminatedError(SandboxNotRunningError):
+    """The sandbox was stopped by this client and can no longer be used."""
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A deadline passed.
+
+    For an exec timeout, the whole process tree was killed and ``result`` holds the
+    output captured up to that point. Such a timeout is the program's outcome, so
+    ``infrastructure`` is False for it and True for an operation timeout (create,
+    file transfer, a backend that stopped answering).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sandbox_id: str | None = None,
+        result: ExecResult | None = None,
+        infrastructure: bool = True,
+    ) -> None:
+        super().__init__(message, sandbox_id=sandbox_id)
+        self.result = result
+        self.infrastructure = infrastructure  # type: ignore[misc]
+
+
+class PoolTimeoutError(SandboxTimeoutError):
+    """No sandbox could be leased from the pool before the lease deadline."""
+
+
+class SandboxExecutionError(SandboxError):
+    """``check=True`` was given and the command exited non-zero."""
+
+    infrastructure = False
+
+    def __init__(self, message: str, *, sandbox_id: str | None = None, exec_result: ExecResult) -> None:
+        super().__init__(message, sandbox_id=sandbox_id)
+        self.exec_result = exec_result
+
+
+class SandboxFileError(SandboxError):
+    """A file could not be read or written (missing, a directory, too large, denied)."""
+
+    infrastructure = False
+
+    def __init__(self, message: str, *, sandbox_id: str | None = None, path: str | None = None) -> None:
+        super().__init__(message, sandbox_id=sandbox_id)
+        self.path = path
+
+
+class SandboxTransportError(SandboxError):
+    """The channel to the sandbox broke: the agent died, a socket dropped, a stream ended early."""
+
+
+class PoolError(SandboxError):
+    """A pool could not serve a request."""
+
+
+class PoolClosedError(PoolError):
+    """The pool is closed (or closing) and takes no new leases."""

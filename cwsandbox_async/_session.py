@@ -1,0 +1,352 @@
+"""Session: the one owner of sandboxes, pools and metrics. Everything it made is stopped on exit."""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Generator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+
+from ._deadline import call_backend
+from ._errors import SandboxError, SandboxValidationError
+from ._log import log
+from ._metrics import MetricsAggregator
+from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
+from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
+from ._validate import validate_tags, validate_timeout
+from .backends import load_backend
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+
+__all__ = ["Session", "SessionState"]
+
+#: Sandboxes stopped at once when a session closes.
+CLOSE_CONCURRENCY = 64
+#: Upper bound on how long closing a session may take.
+CLOSE_TIMEOUT_SECONDS = 60.0
+
+
+class SessionState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Session:
+    """Owns a backend, the sandboxes created through it, their pools and metrics.
+
+    ``async with Session(defaults, backend="local") as session:``. Leaving the block
+    (return, exception, cancellation, SIGINT, SIGTERM) stops every sandbox the
+    session created, concurrently, shielded from cancellation, within
+    ``CLOSE_TIMEOUT_SECONDS``. ``backend`` is a name (``"local"``, ``"kubernetes"``,
+    ``"fake"``) or a ``Backend`` instance; ``backend_options`` go to its constructor.
+    """
+
+    def __init__(
+        self,
+        defaults: SandboxDefaults | Mapping[str, Any] | None = None,
+        *,
+        backend: str | Backend = "local",
+        backend_options: Mapping[str, Any] | None = None,
+        report_to: Sequence[str] | None = None,
+        run: Any = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if defaults is None:
+            defaults = SandboxDefaults()
+        elif isinstance(defaults, Mapping):
+            defaults = SandboxDefaults().with_overrides(**defaults)
+        elif not isinstance(defaults, SandboxDefaults):
+            raise SandboxValidationError("defaults must be a SandboxDefaults or a mapping")
+        self.defaults: SandboxDefaults = defaults
+        self.session_id = uuid.uuid4().hex[:12]
+        self._backend_spec = backend
+        self._backend_options = dict(backend_options or {})
+        self._backend: Backend | None = None
+        self._state = SessionState.NEW
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._creating: set[str] = set()
+        self._closers: list[Any] = []  # pools and other things closed before sandboxes
+        self._handle_signals = handle_signals
+        self._signal_received: int | None = None
+        self._ctx_token: Mapping[str, contextvars.Token[Any]] | None = None
+        self.metrics = MetricsAggregator()
+        self._report_to = report_to
+        self._run = run
+
+    # -- lifecycle -------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise SandboxError("session is not open; use 'async with Session(...)'")
+        return self._backend
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def sandboxes(self) -> list[Sandbox]:
+        """Sandboxes this session created and has not stopped yet."""
+        return list(self._sandboxes.values())
+
+    async def open(self) -> Session:
+        if self._state is not SessionState.NEW:
+            raise SandboxError(f"session is {self._state.value}; a session can be opened once")
+        self._backend = load_backend(self._backend_spec, **self._backend_options)
+        self._state = SessionState.OPEN
+        self._ctx_token = structlog.contextvars.bind_contextvars(session_id=self.session_id)
+        if self._handle_signals:
+            self._install_sigterm()
+        log.debug("session opened", backend=self._backend.name, isolation=self._backend.isolation)
+        return self
+
+    async def __aenter__(self) -> Session:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+        if self._signal_received is not None:
+            sig, self._signal_received = self._signal_received, None
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)  # die of the signal, as the default handler would have
+
+    async def aclose(self) -> None:
+        """Close pools, stop every sandbox, close the backend. Idempotent; never raises for a failed stop."""
+        if self._state in (SessionState.CLOSING, SessionState.CLOSED):
+            return
+        if self._state is SessionState.NEW:
+            self._state = SessionState.CLOSED
+            return
+        self._state = SessionState.CLOSING
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
+            for closer in reversed(self._closers):
+                try:
+                    await closer()
+                except Exception as exc:
+                    log.warning("closing a pool failed", error=repr(exc))
+            await self._stop_all()
+            try:
+                await self.backend.aclose()
+            except Exception as exc:
+                log.warning("backend close failed", error=repr(exc))
+        if scope.cancelled_caught:
+            log.warning("session close hit its deadline", remaining=len(self._sandboxes))
+        self._remove_sigterm()
+        self._state = SessionState.CLOSED
+        if self._ctx_token is not None:
+            structlog.contextvars.reset_contextvars(**self._ctx_token)
+            self._ctx_token = None
+        log.debug("session closed")
+
+    async def _stop_all(self) -> None:
+        limiter = anyio.CapacityLimiter(CLOSE_CONCURRENCY)
+
+        async def stop_one(sb: Sandbox) -> None:
+            async with limiter:
+                try:
+                    await sb.stop()
+                except SandboxError:
+                    pass  # already logged by stop()
+
+        async def destroy_id(sandbox_id: str) -> None:
+            async with limiter:
+                await self._destroy_quietly(sandbox_id)
+
+        async with anyio.create_task_group() as tg:
+            for sb in list(self._sandboxes.values()):
+                tg.start_soon(stop_one, sb)
+            for sid in list(self._creating):
+                tg.start_soon(destroy_id, sid)
+
+    def _check_open(self) -> None:
+        if self._state is not SessionState.OPEN:
+            raise SandboxError(f"session is {self._state.value}; it must be open (use 'async with')")
+
+    def add_closer(self, closer: Any) -> None:
+        """Register an async callable run at close, before sandboxes are stopped (pools use this)."""
+        self._closers.append(closer)
+
+    def remove_closer(self, closer: Any) -> None:
+        if closer in self._closers:
+            self._closers.remove(closer)
+
+    # -- signals ---------------------------------------------------------------
+    def _install_sigterm(self) -> None:
+        """Turn SIGTERM into cancellation of the task that opened the session (main thread, asyncio only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task()
+        except RuntimeError:
+            return
+        if task is None or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm() -> None:
+            log.warning("SIGTERM received; stopping sandboxes", session_id=self.session_id)
+            self._signal_received = signal.SIGTERM
+            task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+            self._sigterm_loop: Any = loop
+        except (NotImplementedError, RuntimeError, ValueError):
+            self._sigterm_loop = None
+
+    def _remove_sigterm(self) -> None:
+        loop = getattr(self, "_sigterm_loop", None)
+        if loop is not None:
+            loop.remove_signal_handler(signal.SIGTERM)
+            self._sigterm_loop = None
+
+    # -- sandboxes -------------------------------------------------------------
+    def sandbox(self, **overrides: Any) -> _SandboxOpener:
+        """Create a sandbox: ``sb = await session.sandbox()`` or ``async with session.sandbox() as sb``.
+
+        ``overrides`` are ``SandboxDefaults`` fields for this sandbox (tags and env merge).
+        Raises ``SandboxCreationError`` if it fails to start, ``SandboxTimeoutError`` if it
+        is not ready within ``create_timeout_seconds``.
+        """
+        defaults = self.defaults.with_overrides(**overrides) if overrides else self.defaults
+        return _SandboxOpener(self, defaults)
+
+    async def create_sandbox(self, defaults: SandboxDefaults | None = None) -> Sandbox:
+        """Create one sandbox with ``defaults`` (the session's if None) and wait until it is ready."""
+        self._check_open()
+        defaults = defaults or self.defaults
+        backend = self.backend
+        sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
+        spec = SandboxSpec(sandbox_id=sandbox_id, session_id=self.session_id, defaults=defaults)
+        self._creating.add(sandbox_id)
+        start = time.monotonic()
+        try:
+            await call_backend(
+                "create", defaults.create_timeout_seconds, lambda: backend.create(spec), sandbox_id=sandbox_id
+            )
+        except BaseException as exc:
+            self._creating.discard(sandbox_id)
+            with anyio.CancelScope(shield=True):
+                await self._destroy_quietly(sandbox_id)
+            if isinstance(exc, Exception):
+                self.metrics.sandbox_create_failed(exc)
+                log.info("sandbox create failed", sandbox_id=sandbox_id, error=repr(exc))
+            raise
+        self._creating.discard(sandbox_id)
+        startup = time.monotonic() - start
+        sb = Sandbox(
+            sandbox_id=sandbox_id,
+            backend=backend,
+            defaults=defaults,
+            metrics=self.metrics,
+            on_stopped=self._forget,
+            startup_seconds=startup,
+        )
+        self._sandboxes[sandbox_id] = sb
+        self.metrics.sandbox_created(sandbox_id, startup)
+        log.debug("sandbox created", sandbox_id=sandbox_id, startup_seconds=round(startup, 4))
+        if self._state is not SessionState.OPEN:  # closed while we were creating
+            await sb.stop()
+            raise SandboxError("session closed while the sandbox was being created", sandbox_id=sandbox_id)
+        return sb
+
+    async def _destroy_quietly(self, sandbox_id: str) -> None:
+        try:
+            await call_backend(
+                "destroy", STOP_TIMEOUT_SECONDS, lambda: self.backend.destroy(sandbox_id), sandbox_id=sandbox_id
+            )
+        except SandboxError as exc:
+            log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))
+
+    def _forget(self, sb: Sandbox) -> None:
+        self._sandboxes.pop(sb.sandbox_id, None)
+
+    # -- list and sweep --------------------------------------------------------
+    async def list(self, tags: Sequence[str] | None = None) -> list[SandboxInfo]:
+        """Sandboxes on this backend carrying all of ``tags`` (default: the session's tags),
+        including leftovers of other, possibly crashed, processes."""
+        self._check_open()
+        wanted = validate_tags(self.defaults.tags if tags is None else tags)
+        backend = self.backend
+        return await call_backend(
+            "list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted)
+        )
+
+    async def sweep(
+        self, tags: Sequence[str] | None = None, *, older_than_seconds: float | None = None, include_own: bool = False
+    ) -> list[str]:
+        """Stop sandboxes carrying all of ``tags`` that this session does not own (or all, with
+        ``include_own``), optionally only those older than ``older_than_seconds``. Returns their ids."""
+        wanted = validate_tags(self.defaults.tags if tags is None else tags)
+        if not wanted and older_than_seconds is None:
+            raise SandboxValidationError("sweep needs tags or older_than_seconds, so it cannot stop everything by accident")
+        min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
+        now = time.time()
+        victims = [
+            info.sandbox_id
+            for info in await self.list(wanted)
+            if (include_own or info.sandbox_id not in self._sandboxes)
+            and (min_age is None or now - info.created_at >= min_age)
+        ]
+
+        async def stop_one(sandbox_id: str) -> None:
+            own = self._sandboxes.get(sandbox_id)
+            if own is None:
+                await self._destroy_quietly(sandbox_id)
+                return
+            try:
+                await own.stop()
+            except SandboxError:
+                pass  # logged by stop()
+
+        async with anyio.create_task_group() as tg:
+            for sid in victims:
+                tg.start_soon(stop_one, sid)
+        self.metrics.swept(len(victims))
+        log.info("sweep", tags=list(wanted), swept=len(victims))
+        return victims
+
+    # -- metrics ---------------------------------------------------------------
+    def log_metrics(self, step: int | None = None, *, reset: bool = True) -> bool:
+        """Flush the metrics gathered since the last flush to every reporter (see the metrics module)."""
+        return False
+
+
+class _SandboxOpener:
+    """``await session.sandbox()`` gives a Sandbox; ``async with session.sandbox()`` stops it on exit."""
+
+    __slots__ = ("_defaults", "_sandbox", "_session")
+
+    def __init__(self, session: Session, defaults: SandboxDefaults) -> None:
+        self._session = session
+        self._defaults = defaults
+        self._sandbox: Sandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return self._session.create_sandbox(self._defaults).__await__()
+
+    async def __aenter__(self) -> Sandbox:
+        self._sandbox = await self._session.create_sandbox(self._defaults)
+        return self._sandbox
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._sandbox is not None
+        await self._sandbox.__aexit__(exc_type, exc, tb)

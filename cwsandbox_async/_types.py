@@ -1,0 +1,214 @@
+"""Specs, results and enums: frozen dataclasses shared by every layer."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_WORKING_DIR",
+    "ExecExit",
+    "ExecOutcome",
+    "ExecRequest",
+    "ExecResult",
+    "Resources",
+    "SandboxDefaults",
+    "SandboxInfo",
+    "SandboxSpec",
+    "SandboxStatus",
+    "StreamName",
+]
+
+DEFAULT_WORKING_DIR = "/workspace"
+StreamName = Literal["stdout", "stderr"]
+
+
+class SandboxStatus(enum.StrEnum):
+    """Lifecycle of a sandbox, with the CoreWeave SDK's names."""
+
+    CREATING = "creating"
+    RUNNING = "running"
+    TERMINATING = "terminating"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (SandboxStatus.COMPLETED, SandboxStatus.FAILED)
+
+
+class ExecOutcome(enum.StrEnum):
+    """How one exec ended, as counted in ``exec_stats`` and the metrics."""
+
+    COMPLETED_OK = "completed_ok"
+    COMPLETED_NONZERO = "completed_nonzero"
+    FAILURE = "failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Limits for one sandbox. ``None`` means the backend's default.
+
+    - ``cpu``: cores (a CFS quota locally, the pod limit on Kubernetes).
+    - ``memory_mib``: memory limit; exceeding it kills the offending process.
+    - ``pids``: processes and threads alive at once (contains fork bombs).
+    - ``cpu_seconds``: CPU time per exec (RLIMIT_CPU).
+    - ``file_size_mib``: largest file a process may write (RLIMIT_FSIZE).
+    - ``tmp_mib`` / ``workspace_mib``: size of the writable /tmp and workspace.
+    """
+
+    cpu: float | None = None
+    memory_mib: int | None = 1024
+    pids: int | None = 256
+    cpu_seconds: int | None = None
+    file_size_mib: int | None = 256
+    tmp_mib: int | None = 256
+    workspace_mib: int | None = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxDefaults:
+    """Defaults for every sandbox a Session creates; override per sandbox.
+
+    ``image`` is used by backends that run container images (Kubernetes). The local
+    backend has no images: it runs the host's root file system read-only, and rejects
+    nothing, but logs that the image is ignored when one is given.
+    """
+
+    image: str | None = None
+    resources: Resources = field(default_factory=Resources)
+    env: Mapping[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    working_dir: str = DEFAULT_WORKING_DIR
+    max_lifetime_seconds: float | None = 3600.0
+    exec_timeout_seconds: float = 60.0
+    max_output_bytes: int = 16 * 1024 * 1024
+    network: bool = False
+    create_timeout_seconds: float = 120.0
+    operation_timeout_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        from ._validate import validate_overrides
+
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, value in validate_overrides(self, values).items():
+            object.__setattr__(self, name, value)
+
+    def with_overrides(self, **overrides: Any) -> SandboxDefaults:
+        """A copy with the given fields replaced; ``tags`` and ``env`` are merged."""
+        from ._validate import validate_overrides
+
+        overrides = validate_overrides(self, overrides)
+        if "tags" in overrides:
+            merged = dict.fromkeys((*self.tags, *overrides["tags"]))
+            overrides["tags"] = tuple(merged)
+        if "env" in overrides:
+            overrides["env"] = {**self.env, **overrides["env"]}
+        return dataclasses.replace(self, **overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """Everything a backend needs to create one sandbox (resolved, validated)."""
+
+    sandbox_id: str
+    session_id: str
+    defaults: SandboxDefaults
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """A sandbox as ``list`` finds it, possibly left by another (crashed) process."""
+
+    sandbox_id: str
+    tags: tuple[str, ...]
+    status: SandboxStatus
+    created_at: float
+    session_id: str | None = None
+    owner_pid: int | None = None
+    owner_alive: bool | None = None
+    backend: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """One command for a backend to run (already validated)."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str]
+    stdin: bytes | None
+    timeout_seconds: float
+    max_output_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecExit:
+    """What a backend reports when a command ends.
+
+    ``returncode`` follows ``subprocess``: negative means killed by that signal.
+    ``timed_out`` means the backend killed the process tree at the deadline;
+    ``truncated`` means output beyond ``max_output_bytes`` was dropped (and the
+    command was killed, since nothing would read the rest).
+    """
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    wall_seconds: float
+    cpu_seconds: float = 0.0
+    timed_out: bool = False
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """The result of one exec. A non-zero exit is a result, not an exception.
+
+    ``stdout``/``stderr`` are decoded as UTF-8 with replacement, once, from the
+    whole output; the raw bytes are ``stdout_bytes``/``stderr_bytes``.
+    """
+
+    command: tuple[str, ...]
+    returncode: int
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    wall_seconds: float
+    cpu_seconds: float
+    truncated: bool = False
+    timed_out: bool = False
+    sandbox_id: str | None = None
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed the command, if one did."""
+        return -self.returncode if self.returncode < 0 else None
+
+    @classmethod
+    def from_exit(cls, command: tuple[str, ...], ex: ExecExit, sandbox_id: str | None) -> ExecResult:
+        return cls(
+            command=command,
+            returncode=ex.returncode,
+            stdout_bytes=ex.stdout,
+            stderr_bytes=ex.stderr,
+            wall_seconds=ex.wall_seconds,
+            cpu_seconds=ex.cpu_seconds,
+            truncated=ex.truncated,
+            timed_out=ex.timed_out,
+            sandbox_id=sandbox_id,
+        )

@@ -1,0 +1,210 @@
+"""Input validation: bad input raises SandboxValidationError and never reaches a backend."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._errors import SandboxValidationError
+from ._types import ExecRequest, Resources
+
+if TYPE_CHECKING:
+    from ._types import SandboxDefaults
+
+__all__ = [
+    "MAX_ARGV_BYTES",
+    "MAX_FILE_BYTES",
+    "validate_env",
+    "validate_exec",
+    "validate_overrides",
+    "validate_path",
+    "validate_tags",
+    "validate_timeout",
+]
+
+MAX_ARGV_BYTES = 1024 * 1024
+MAX_FILE_BYTES = 256 * 1024 * 1024
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:=/-]{0,127}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _no_nul(value: str, what: str) -> None:
+    if "\x00" in value:
+        raise SandboxValidationError(f"{what} contains a NUL byte")
+
+
+def validate_timeout(value: object, what: str = "timeout_seconds", *, allow_none: bool = False) -> float | None:
+    """A finite, positive number of seconds (or None when allowed)."""
+    if value is None:
+        if allow_none:
+            return None
+        raise SandboxValidationError(f"{what} is required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SandboxValidationError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value) or value <= 0:
+        raise SandboxValidationError(f"{what} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def validate_path(path: object, what: str = "path") -> str:
+    """An absolute POSIX path without NUL bytes; returned normalised (``..`` resolved lexically)."""
+    if not isinstance(path, str):
+        raise SandboxValidationError(f"{what} must be a str, got {type(path).__name__}")
+    if not path:
+        raise SandboxValidationError(f"{what} is empty")
+    _no_nul(path, what)
+    if not path.startswith("/"):
+        raise SandboxValidationError(f"{what} must be absolute, got {path!r}")
+    if len(path.encode()) > 4096:
+        raise SandboxValidationError(f"{what} is longer than 4096 bytes")
+    norm = posixpath.normpath(path)
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    return norm
+
+
+def validate_env(env: object, what: str = "env") -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise SandboxValidationError(f"{what} must be a mapping of str to str")
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            raise SandboxValidationError(f"{what} has an invalid variable name: {key!r}")
+        if not isinstance(value, str):
+            raise SandboxValidationError(f"{what}[{key!r}] must be a str, got {type(value).__name__}")
+        _no_nul(value, f"{what}[{key!r}]")
+        out[key] = value
+    return out
+
+
+def validate_tags(tags: object) -> tuple[str, ...]:
+    if isinstance(tags, str):
+        raise SandboxValidationError("tags must be a sequence of str, not a bare str (did you mean (tag,)?)")
+    if not isinstance(tags, Sequence):
+        raise SandboxValidationError("tags must be a sequence of str")
+    for tag in tags:
+        if not isinstance(tag, str) or not _TAG_RE.match(tag):
+            raise SandboxValidationError(
+                f"invalid tag {tag!r}: 1-128 characters of letters, digits and _.:=/- , starting alphanumeric"
+            )
+    return tuple(tags)
+
+
+def _validate_argv(command: object) -> tuple[str, ...]:
+    if isinstance(command, str):
+        if not command.strip():
+            raise SandboxValidationError("command is empty")
+        _no_nul(command, "command")
+        return ("/bin/sh", "-c", command)
+    if isinstance(command, (bytes, bytearray)) or not isinstance(command, Sequence):
+        raise SandboxValidationError("command must be a list of str (or a str, run with sh -c)")
+    argv = tuple(command)
+    if not argv:
+        raise SandboxValidationError("command is empty")
+    total = 0
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str):
+            raise SandboxValidationError(f"command[{i}] must be a str, got {type(arg).__name__}")
+        _no_nul(arg, f"command[{i}]")
+        total += len(arg.encode()) + 1
+    if not argv[0]:
+        raise SandboxValidationError("command[0] is empty")
+    if total > MAX_ARGV_BYTES:
+        raise SandboxValidationError(
+            f"command is {total} bytes; at most {MAX_ARGV_BYTES} (pass large input through stdin or a file)"
+        )
+    return argv
+
+
+def validate_exec(
+    command: object,
+    *,
+    timeout_seconds: object,
+    cwd: object,
+    env: object,
+    stdin: object,
+    max_output_bytes: object,
+) -> ExecRequest:
+    """Check every exec argument; return the request a backend receives."""
+    argv = _validate_argv(command)
+    timeout = validate_timeout(timeout_seconds)
+    assert timeout is not None
+    cwd_s = validate_path(cwd, "cwd")
+    if stdin is not None and not isinstance(stdin, (bytes, bytearray, memoryview)):
+        raise SandboxValidationError(f"stdin must be bytes, got {type(stdin).__name__}")
+    if stdin is not None and len(stdin) > MAX_FILE_BYTES:
+        raise SandboxValidationError(f"stdin is larger than {MAX_FILE_BYTES} bytes")
+    if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) or max_output_bytes <= 0:
+        raise SandboxValidationError(f"max_output_bytes must be a positive int, got {max_output_bytes!r}")
+    return ExecRequest(
+        argv=argv,
+        cwd=cwd_s,
+        env=validate_env(env),
+        stdin=bytes(stdin) if stdin is not None else None,
+        timeout_seconds=timeout,
+        max_output_bytes=max_output_bytes,
+    )
+
+
+def validate_file_data(data: object, path: str) -> bytes:
+    if isinstance(data, str):
+        data = data.encode()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise SandboxValidationError(f"data for {path} must be bytes or str, got {type(data).__name__}")
+    if len(data) > MAX_FILE_BYTES:
+        raise SandboxValidationError(f"data for {path} is {len(data)} bytes; at most {MAX_FILE_BYTES}")
+    return bytes(data)
+
+
+def _validate_resources(res: object) -> Resources:
+    if isinstance(res, Mapping):
+        try:
+            res = Resources(**res)
+        except TypeError as exc:
+            raise SandboxValidationError(f"invalid resources: {exc}") from None
+    if not isinstance(res, Resources):
+        raise SandboxValidationError("resources must be a Resources or a mapping")
+    for f in dataclasses.fields(res):
+        v = getattr(res, f.name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or math.isinf(v) or math.isnan(v):
+            raise SandboxValidationError(f"resources.{f.name} must be a positive number or None, got {v!r}")
+    return res
+
+
+def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``SandboxDefaults`` fields given as keyword overrides."""
+    names = {f.name for f in dataclasses.fields(base)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise SandboxValidationError(f"unknown sandbox option(s): {', '.join(unknown)}")
+    out = dict(overrides)
+    for key, value in overrides.items():
+        if key == "tags":
+            out[key] = validate_tags(value)
+        elif key == "env":
+            out[key] = validate_env(value)
+        elif key == "working_dir":
+            out[key] = validate_path(value, "working_dir")
+        elif key == "resources":
+            out[key] = _validate_resources(value)
+        elif key == "max_lifetime_seconds":
+            out[key] = validate_timeout(value, key, allow_none=True)
+        elif key in ("exec_timeout_seconds", "create_timeout_seconds", "operation_timeout_seconds"):
+            out[key] = validate_timeout(value, key)
+        elif key == "max_output_bytes":
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SandboxValidationError(f"max_output_bytes must be a positive int, got {value!r}")
+        elif key == "network":
+            if not isinstance(value, bool):
+                raise SandboxValidationError("network must be a bool")
+        elif key == "image" and value is not None and (not isinstance(value, str) or not value):
+            raise SandboxValidationError("image must be a non-empty str or None")
+    return out

@@ -1,0 +1,84 @@
+"""The backend contract: the handful of async methods a backend implements.
+
+A backend is the only layer that knows about processes, namespaces, pods or
+sockets. Everything above it (Session, Sandbox, SandboxPool, the gatherer,
+metrics) is written once against this class. Cross-cutting behaviour (deadlines,
+retries, metrics, validation) lives above it: a backend receives validated input
+and does one thing per call.
+
+Rules every implementation follows (``cwsandbox_async.testing.contract`` checks them):
+
+- Errors are translated at this boundary into the ``SandboxError`` tree
+  (``raise ... from exc``); no ``OSError``, aiohttp or Kubernetes error escapes.
+- ``create`` returns only when the sandbox is ready to run commands. The caller
+  picks the sandbox id. If ``create`` fails or is cancelled, the caller calls
+  ``destroy(sandbox_id)``, so ``destroy`` accepts ids of half-created sandboxes.
+- ``exec`` enforces ``request.timeout_seconds`` itself by killing the command's
+  whole process tree, and returns an ``ExecExit`` with ``timed_out=True`` and the
+  output captured so far. Output beyond ``request.max_output_bytes`` (per stream)
+  is dropped, the command is killed and ``truncated=True``. A non-zero exit is a
+  normal return. A broken channel raises ``SandboxTransportError``; a sandbox
+  that is gone raises ``SandboxNotRunningError``.
+- ``destroy`` is idempotent: destroying an unknown or already destroyed sandbox
+  is not an error. It releases every process, pod and file descriptor.
+- ``list`` finds sandboxes by tags (all must match), including ones created by
+  other processes of this user that are still alive or were left behind.
+- Cancellation is never swallowed. The caller bounds every call with a deadline.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Sequence
+
+from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
+
+__all__ = ["Backend", "OutputCallback"]
+
+#: Receives output chunks as they arrive, when a caller streams (``Sandbox.process``).
+OutputCallback = Callable[[StreamName, bytes], Awaitable[None]]
+
+
+class Backend(abc.ABC):
+    """A place sandboxes run. Subclass it to add one; see the module docstring for the rules."""
+
+    #: Short name used in logs, metrics and ``SandboxInfo.backend``.
+    name: str = "backend"
+
+    @property
+    def isolation(self) -> str:
+        """What isolates sandboxes here (e.g. ``"bwrap"``, ``"unshare"``, ``"pod"``, ``"none"``)."""
+        return "unknown"
+
+    @abc.abstractmethod
+    async def create(self, spec: SandboxSpec) -> None:
+        """Start a sandbox with id ``spec.sandbox_id`` and return when it is ready."""
+
+    @abc.abstractmethod
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None
+    ) -> ExecExit:
+        """Run one command to completion (or timeout), streaming output to ``on_output`` if given."""
+
+    @abc.abstractmethod
+    async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
+        """Return a file's contents; ``SandboxFileError`` if missing, a directory, or larger than max_bytes."""
+
+    @abc.abstractmethod
+    async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
+        """Create or replace a file (parents created); ``SandboxFileError`` where it may not be written."""
+
+    @abc.abstractmethod
+    async def destroy(self, sandbox_id: str) -> None:
+        """Stop a sandbox and release everything it holds. Idempotent."""
+
+    @abc.abstractmethod
+    async def status(self, sandbox_id: str) -> SandboxStatus:
+        """The sandbox's current status (``FAILED``/``COMPLETED`` once it is gone)."""
+
+    @abc.abstractmethod
+    async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
+        """Sandboxes carrying all of ``tags``, including leftovers of other processes."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release the backend's own resources (connections, watches). Sandboxes are destroyed first."""

@@ -1,0 +1,288 @@
+"""FakeBackend: sandboxes in memory, no processes. For orchestration tests and benchmarks.
+
+Latency comes from seeded distributions (``Latency``) and faults from seeded
+probabilities (``Faults``), so a run is reproducible from its seed. Commands are
+interpreted by a tiny built-in shell (``true``, ``false``, ``echo``, ``cat``,
+``sleep S``, ``exit N``, ``yes``, ``printf``) or by your own ``exec_handler``.
+
+The backend counts what a leak test needs: ``live`` (sandboxes alive or being
+created), ``max_live``, ``created``, ``destroyed``, ``exec_in_flight`` and
+``max_exec_in_flight``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from .._errors import (
+    SandboxCreationError,
+    SandboxFileError,
+    SandboxNotRunningError,
+    SandboxTransportError,
+)
+from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from ..backends.base import Backend, OutputCallback
+
+__all__ = ["ExecHandler", "FakeBackend", "Faults", "Latency"]
+
+#: ``(argv, stdin, files) -> (returncode, stdout, stderr)``, sync or async, for custom commands.
+ExecHandler = Callable[
+    [tuple[str, ...], bytes, dict[str, bytes]], "tuple[int, bytes, bytes] | Awaitable[tuple[int, bytes, bytes]]"
+]
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A latency distribution in seconds, sampled with the backend's seeded RNG."""
+
+    kind: str = "constant"
+    a: float = 0.0
+    b: float = 0.0
+
+    @classmethod
+    def constant(cls, seconds: float) -> Latency:
+        return cls("constant", seconds)
+
+    @classmethod
+    def uniform(cls, low: float, high: float) -> Latency:
+        return cls("uniform", low, high)
+
+    @classmethod
+    def lognormal(cls, median: float, p99: float) -> Latency:
+        """Lognormal with the given median and 99th percentile (e.g. Kubernetes pod start: 1 s, 5 s)."""
+        sigma = math.log(p99 / median) / 2.3263478740408408
+        return cls("lognormal", math.log(median), sigma)
+
+    def sample(self, rng: random.Random) -> float:
+        if self.kind == "constant":
+            return self.a
+        if self.kind == "uniform":
+            return rng.uniform(self.a, self.b)
+        return rng.lognormvariate(self.a, self.b)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Probabilities of injected faults, each drawn per operation from the seeded RNG."""
+
+    create_failure: float = 0.0  # create raises SandboxCreationError
+    create_hang: float = 0.0  # create never returns (the caller's deadline must fire)
+    exec_transport_error: float = 0.0  # exec raises SandboxTransportError before running
+    exec_hang: float = 0.0  # exec never returns
+    death_mid_exec: float = 0.0  # the sandbox dies during the exec (SandboxNotRunningError)
+    truncated_stream: float = 0.0  # the stream ends without an exit status (SandboxTransportError)
+    lost_delete: float = 0.0  # destroy returns but the sandbox lives on (a sweep must find it)
+    idle_death: float = 0.0  # after create, the sandbox dies on its own after a short while
+
+
+@dataclass
+class _FakeSandbox:
+    spec: SandboxSpec
+    created_at: float
+    files: dict[str, bytes] = field(default_factory=dict)
+    alive: bool = True
+    ready: bool = False
+
+
+class FakeBackend(Backend):
+    """An in-memory backend with seeded latency and faults. Several instances may share ``world``."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        create_latency: Latency | None = None,
+        exec_latency: Latency | None = None,
+        destroy_latency: Latency | None = None,
+        faults: Faults | None = None,
+        exec_handler: ExecHandler | None = None,
+        world: dict[str, _FakeSandbox] | None = None,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.create_latency = create_latency or Latency()
+        self.exec_latency = exec_latency or Latency()
+        self.destroy_latency = destroy_latency or Latency()
+        self.faults = faults or Faults()
+        self.exec_handler = exec_handler
+        self.world: dict[str, _FakeSandbox] = {} if world is None else world
+        self.created = 0
+        self.destroyed = 0
+        self.max_live = 0
+        self.exec_count = 0
+        self.exec_in_flight = 0
+        self.max_exec_in_flight = 0
+        self.closed = False
+
+    @property
+    def isolation(self) -> str:
+        return "none (in-memory fake)"
+
+    @property
+    def live(self) -> int:
+        """Sandboxes alive or being created in this world."""
+        return sum(1 for sb in self.world.values() if sb.alive)
+
+    def _chance(self, p: float) -> bool:
+        return p > 0 and self.rng.random() < p
+
+    async def _sleep(self, lat: Latency) -> None:
+        delay = lat.sample(self.rng)
+        if delay > 0:
+            await anyio.sleep(delay)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    def _get(self, sandbox_id: str) -> _FakeSandbox:
+        sb = self.world.get(sandbox_id)
+        if sb is None or not sb.alive or not sb.ready:
+            raise SandboxNotRunningError(f"sandbox {sandbox_id} is not running", sandbox_id=sandbox_id)
+        return sb
+
+    # -- contract --------------------------------------------------------------
+    async def create(self, spec: SandboxSpec) -> None:
+        sb = _FakeSandbox(spec=spec, created_at=time.time())
+        self.world[spec.sandbox_id] = sb
+        self.created += 1
+        self.max_live = max(self.max_live, self.live)
+        if self._chance(self.faults.create_hang):
+            await anyio.sleep_forever()
+        await self._sleep(self.create_latency)
+        if self._chance(self.faults.create_failure):
+            sb.alive = False
+            raise SandboxCreationError("injected create failure", sandbox_id=spec.sandbox_id, reason="injected")
+        sb.ready = True
+        if self._chance(self.faults.idle_death):
+            sb.alive = False
+
+    async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
+        sb = self._get(sandbox_id)
+        self.exec_count += 1
+        self.exec_in_flight += 1
+        self.max_exec_in_flight = max(self.max_exec_in_flight, self.exec_in_flight)
+        try:
+            return await self._exec(sb, request, on_output)
+        finally:
+            self.exec_in_flight -= 1
+
+    async def _exec(self, sb: _FakeSandbox, req: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
+        sid = sb.spec.sandbox_id
+        f = self.faults
+        if self._chance(f.exec_transport_error):
+            raise SandboxTransportError("injected transport error", sandbox_id=sid)
+        if self._chance(f.exec_hang):
+            await anyio.sleep_forever()
+        start = time.monotonic()
+        await self._sleep(self.exec_latency)
+        if self._chance(f.death_mid_exec):
+            sb.alive = False
+            raise SandboxNotRunningError("injected: sandbox died during exec", sandbox_id=sid)
+        if self._chance(f.truncated_stream):
+            raise SandboxTransportError("injected: stream ended without an exit status", sandbox_id=sid)
+        timed_out = False
+        with anyio.move_on_after(req.timeout_seconds) as scope:
+            rc, out, err = await self._interpret(req, sb)
+        if scope.cancelled_caught:
+            timed_out, rc, out, err = True, -9, b"", b""
+        truncated = len(out) > req.max_output_bytes or len(err) > req.max_output_bytes
+        if truncated:
+            out, err, rc = out[: req.max_output_bytes], err[: req.max_output_bytes], -9
+        if on_output is not None:
+            if out:
+                await on_output("stdout", out)
+            if err:
+                await on_output("stderr", err)
+        return ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated)
+
+    async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
+        argv = req.argv
+        if self.exec_handler is not None:
+            res = self.exec_handler(argv, req.stdin or b"", sb.files)
+            if not isinstance(res, tuple):
+                res = await res
+            return res
+        if argv[:2] == ("/bin/sh", "-c"):
+            argv = tuple(argv[2].split())
+        cmd, args = argv[0].rsplit("/", 1)[-1], argv[1:]
+        if cmd == "true":
+            return 0, b"", b""
+        if cmd == "false":
+            return 1, b"", b""
+        if cmd == "echo":
+            return 0, (" ".join(args) + "\n").encode(), b""
+        if cmd == "printf":
+            return 0, " ".join(args).encode(), b""
+        if cmd == "cat":
+            if args:
+                data = sb.files.get(args[0])
+                if data is None:
+                    return 1, b"", f"cat: {args[0]}: No such file or directory\n".encode()
+                return 0, data, b""
+            return 0, req.stdin or b"", b""
+        if cmd == "sleep":
+            await anyio.sleep(float(args[0]) if args else 0)
+            return 0, b"", b""
+        if cmd == "exit":
+            return int(args[0]) if args else 0, b"", b""
+        if cmd == "yes":
+            return 0, b"y\n" * (req.max_output_bytes // 2 + 1), b""
+        return 127, b"", f"{cmd}: command not found\n".encode()
+
+    async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
+        sb = self._get(sandbox_id)
+        await self._sleep(self.exec_latency)
+        if path not in sb.files:
+            raise SandboxFileError(f"no such file: {path}", sandbox_id=sandbox_id, path=path)
+        data = sb.files[path]
+        if len(data) > max_bytes:
+            raise SandboxFileError(f"{path} is larger than {max_bytes} bytes", sandbox_id=sandbox_id, path=path)
+        return data
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
+        sb = self._get(sandbox_id)
+        await self._sleep(self.exec_latency)
+        sb.files[path] = data
+
+    async def destroy(self, sandbox_id: str) -> None:
+        sb = self.world.get(sandbox_id)
+        if sb is None or not sb.alive:
+            self.world.pop(sandbox_id, None)
+            return
+        await self._sleep(self.destroy_latency)
+        if self._chance(self.faults.lost_delete):
+            return
+        sb.alive = False
+        self.world.pop(sandbox_id, None)
+        self.destroyed += 1
+
+    async def status(self, sandbox_id: str) -> SandboxStatus:
+        sb = self.world.get(sandbox_id)
+        if sb is None or not sb.alive:
+            return SandboxStatus.FAILED
+        return SandboxStatus.RUNNING if sb.ready else SandboxStatus.CREATING
+
+    async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
+        await anyio.lowlevel.checkpoint()
+        wanted = set(tags)
+        return [
+            SandboxInfo(
+                sandbox_id=sid,
+                tags=sb.spec.defaults.tags,
+                status=SandboxStatus.RUNNING if sb.ready else SandboxStatus.CREATING,
+                created_at=sb.created_at,
+                session_id=sb.spec.session_id,
+                backend=self.name,
+            )
+            for sid, sb in list(self.world.items())
+            if sb.alive and wanted.issubset(sb.spec.defaults.tags)
+        ]
+
+    async def aclose(self) -> None:
+        self.closed = True
