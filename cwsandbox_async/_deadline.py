@@ -16,12 +16,12 @@ T = TypeVar("T")
 
 async def call_backend(
     what: str,
-    timeout: float,
+    seconds: float,
     fn: Callable[[], Awaitable[T]],
     *,
     sandbox_id: str | None = None,
 ) -> T:
-    """Await ``fn()`` for at most ``timeout`` seconds.
+    """Await ``fn()`` for at most ``seconds``.
 
     A missed deadline raises ``SandboxTimeoutError`` (an infrastructure failure).
     Anything a backend let escape that is not a ``SandboxError`` is wrapped in
@@ -29,13 +29,13 @@ async def call_backend(
     Cancellation passes through untouched.
     """
     try:
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(seconds):
             return await fn()
     except SandboxError:
         raise
     except TimeoutError as exc:
         raise SandboxTimeoutError(
-            f"{what} did not finish within {timeout:g} s", sandbox_id=sandbox_id, infrastructure=True
+            f"{what} did not finish within {seconds:g} s", sandbox_id=sandbox_id, infrastructure=True
         ) from exc
     except Exception as exc:
         raise SandboxTransportError(f"{what} failed: {exc!r}", sandbox_id=sandbox_id) from exc

@@ -111,7 +111,10 @@ class Sandbox:
         if self._status.is_terminal:
             return self._status
         status = await call_backend(
-            "status", self._defaults.operation_timeout_seconds, lambda: self._backend.status(self._id), sandbox_id=self._id
+            "status",
+            self._defaults.operation_timeout_seconds,
+            lambda: self._backend.status(self._id),
+            sandbox_id=self._id,
         )
         if status.is_terminal and not self._status.is_terminal:
             self._status = SandboxStatus.FAILED
@@ -210,9 +213,7 @@ class Sandbox:
         result = ExecResult.from_exit(req.argv, ex, self._id)
         if ex.timed_out:
             self._failures += 1
-            self._metrics.exec_finished(
-                self._id, ExecOutcome.FAILURE, ex.wall_seconds, ex.cpu_seconds, timed_out=True
-            )
+            self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, ex.wall_seconds, ex.cpu_seconds, timed_out=True)
             log.info("exec timed out", sandbox_id=self._id, timeout=req.timeout_seconds)
             raise SandboxTimeoutError(
                 f"command timed out after {req.timeout_seconds:g} seconds",
@@ -238,9 +239,7 @@ class Sandbox:
 
     def _record_failure(self, exc: SandboxError, elapsed: float) -> None:
         self._failures += 1
-        self._metrics.exec_finished(
-            self._id, ExecOutcome.FAILURE, elapsed, 0.0, infrastructure=exc.infrastructure
-        )
+        self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, elapsed, 0.0, infrastructure=exc.infrastructure)
         if isinstance(exc, SandboxNotRunningError) and not self._status.is_terminal:
             self._status = SandboxStatus.FAILED
         log.info("exec failed", sandbox_id=self._id, error=repr(exc))
@@ -314,15 +313,16 @@ class Process:
     def __init__(self, sandbox: Sandbox, request: ExecRequest) -> None:
         self._sandbox = sandbox
         self._request = request
-        send_out, self.stdout = anyio.create_memory_object_stream[bytes](math.inf)
-        send_err, self.stderr = anyio.create_memory_object_stream[bytes](math.inf)
+        send_out, recv_out = anyio.create_memory_object_stream[bytes](math.inf)
+        send_err, recv_err = anyio.create_memory_object_stream[bytes](math.inf)
+        #: Output chunks as they arrive; ends when the command ends.
+        self.stdout: MemoryObjectReceiveStream[bytes] = recv_out
+        self.stderr: MemoryObjectReceiveStream[bytes] = recv_err
         self._send: dict[StreamName, MemoryObjectSendStream[bytes]] = {"stdout": send_out, "stderr": send_err}
         self._done = anyio.Event()
         self._result: ExecResult | None = None
         self._error: BaseException | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self.stdout: MemoryObjectReceiveStream[bytes]
-        self.stderr: MemoryObjectReceiveStream[bytes]
 
     @property
     def returncode(self) -> int | None:

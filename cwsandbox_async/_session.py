@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import contextvars
 import enum
 import os
@@ -157,10 +159,8 @@ class Session:
 
         async def stop_one(sb: Sandbox) -> None:
             async with limiter:
-                try:
+                with contextlib.suppress(SandboxError):  # stop() logged it
                     await sb.stop()
-                except SandboxError:
-                    pass  # already logged by stop()
 
         async def destroy_id(sandbox_id: str) -> None:
             async with limiter:
@@ -278,24 +278,24 @@ class Session:
         self._sandboxes.pop(sb.sandbox_id, None)
 
     # -- list and sweep --------------------------------------------------------
-    async def list(self, tags: Sequence[str] | None = None) -> list[SandboxInfo]:
+    async def list(self, tags: Sequence[str] | None = None) -> builtins.list[SandboxInfo]:
         """Sandboxes on this backend carrying all of ``tags`` (default: the session's tags),
         including leftovers of other, possibly crashed, processes."""
         self._check_open()
         wanted = validate_tags(self.defaults.tags if tags is None else tags)
         backend = self.backend
-        return await call_backend(
-            "list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted)
-        )
+        return await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
 
     async def sweep(
         self, tags: Sequence[str] | None = None, *, older_than_seconds: float | None = None, include_own: bool = False
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Stop sandboxes carrying all of ``tags`` that this session does not own (or all, with
         ``include_own``), optionally only those older than ``older_than_seconds``. Returns their ids."""
         wanted = validate_tags(self.defaults.tags if tags is None else tags)
         if not wanted and older_than_seconds is None:
-            raise SandboxValidationError("sweep needs tags or older_than_seconds, so it cannot stop everything by accident")
+            raise SandboxValidationError(
+                "sweep needs tags or older_than_seconds, so it cannot stop everything by accident"
+            )
         min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
         now = time.time()
         victims = [
@@ -310,10 +310,8 @@ class Session:
             if own is None:
                 await self._destroy_quietly(sandbox_id)
                 return
-            try:
+            with contextlib.suppress(SandboxError):  # stop() logged it
                 await own.stop()
-            except SandboxError:
-                pass  # logged by stop()
 
         async with anyio.create_task_group() as tg:
             for sid in victims:

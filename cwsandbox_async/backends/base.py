@@ -55,9 +55,7 @@ class Backend(abc.ABC):
         """Start a sandbox with id ``spec.sandbox_id`` and return when it is ready."""
 
     @abc.abstractmethod
-    async def exec(
-        self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None
-    ) -> ExecExit:
+    async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         """Run one command to completion (or timeout), streaming output to ``on_output`` if given."""
 
     @abc.abstractmethod

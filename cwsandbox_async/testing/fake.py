@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxSta
 from ..backends.base import Backend, OutputCallback
 
 __all__ = ["ExecHandler", "FakeBackend", "Faults", "Latency"]
+
+_BUILTINS = frozenset({"true", "false", "echo", "printf", "pwd", "printenv", "cat", "sleep", "exit", "yes", "sh"})
 
 #: ``(argv, stdin, files) -> (returncode, stdout, stderr)``, sync or async, for custom commands.
 ExecHandler = Callable[
@@ -202,15 +205,33 @@ class FakeBackend(Backend):
         return ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated)
 
     async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
-        argv = req.argv
         if self.exec_handler is not None:
-            res = self.exec_handler(argv, req.stdin or b"", sb.files)
+            res = self.exec_handler(req.argv, req.stdin or b"", sb.files)
             if not isinstance(res, tuple):
                 res = await res
             return res
-        if argv[:2] == ("/bin/sh", "-c"):
-            argv = tuple(argv[2].split())
-        cmd, args = argv[0].rsplit("/", 1)[-1], argv[1:]
+        if req.argv[:2] == ("/bin/sh", "-c") or req.argv[:2] == ("sh", "-c"):
+            rc, out, err = 0, b"", b""
+            for part in req.argv[2].split(";"):
+                words = shlex.split(part)
+                to_err = bool(words) and words[-1] == ">&2"
+                if to_err:
+                    words = words[:-1]
+                if not words:
+                    continue
+                rc, o, e = await self._command(tuple(words), req, sb)
+                out, err = (out, err + o + e) if to_err else (out + o, err + e)
+                if words[0] == "exit":
+                    break
+            return rc, out, err
+        return await self._command(req.argv, req, sb)
+
+    async def _command(self, argv: tuple[str, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
+        """A tiny shell: enough commands for the contract suite and orchestration tests."""
+        cmd, args = argv[0], argv[1:]
+        if "/" in cmd and cmd.rsplit("/", 1)[-1] not in _BUILTINS:
+            return 127, b"", f"{cmd}: No such file or directory\n".encode()
+        cmd = cmd.rsplit("/", 1)[-1]
         if cmd == "true":
             return 0, b"", b""
         if cmd == "false":
@@ -219,6 +240,11 @@ class FakeBackend(Backend):
             return 0, (" ".join(args) + "\n").encode(), b""
         if cmd == "printf":
             return 0, " ".join(args).encode(), b""
+        if cmd == "pwd":
+            return 0, (req.cwd + "\n").encode(), b""
+        if cmd == "printenv":
+            value = req.env.get(args[0]) if args else None
+            return (0, (value + "\n").encode(), b"") if value is not None else (1, b"", b"")
         if cmd == "cat":
             if args:
                 data = sb.files.get(args[0])

@@ -1,0 +1,19 @@
+"""The backend contract suite on FakeBackend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cwsandbox_async.testing import FakeBackend
+from cwsandbox_async.testing.contract import BackendContract
+
+
+class TestFakeBackendContract(BackendContract):
+    @pytest.fixture
+    async def backend(self) -> AsyncIterator[FakeBackend]:
+        b = FakeBackend(seed=1)
+        yield b
+        await b.aclose()
+        assert b.live == 0
