@@ -21,8 +21,13 @@ from ._errors import (
     SandboxTransportError,
     SandboxValidationError,
 )
+from ._feed import GatherStatistics
+from ._gather import OutcomeStream, as_completed, gather
+from ._grpo import GroupedOutcomes, gather_groups
+from ._outcome import Outcome, OutcomeKind
 from ._sandbox import Process, Sandbox
 from ._session import Session
+from ._snapshot import MetricsSnapshot
 from ._types import (
     ExecOutcome,
     ExecResult,
@@ -31,6 +36,7 @@ from ._types import (
     SandboxInfo,
     SandboxStatus,
 )
+from ._wait import wait
 
 ProcessResult = ExecResult  # the CoreWeave SDK's name
 
@@ -39,6 +45,12 @@ __version__ = "0.1.0"
 __all__ = [
     "ExecOutcome",
     "ExecResult",
+    "GatherStatistics",
+    "GroupedOutcomes",
+    "MetricsSnapshot",
+    "Outcome",
+    "OutcomeKind",
+    "OutcomeStream",
     "PoolClosedError",
     "PoolError",
     "PoolTimeoutError",
@@ -61,4 +73,8 @@ __all__ = [
     "SandboxValidationError",
     "Session",
     "__version__",
+    "as_completed",
+    "gather",
+    "gather_groups",
+    "wait",
 ]

@@ -4,8 +4,8 @@ Log-bucketed, as in DDSketch (Masson et al., VLDB 2019): a positive value ``x``
 goes to bucket ``ceil(log(x) / log(gamma))`` with ``gamma = (1 + a) / (1 - a)``;
 a bucket is reported as ``2 * gamma**i / (gamma + 1)``, which is within relative
 error ``a`` of every value in it. So ``quantile(q)`` is within ``a`` (default 1%)
-of the exact sample quantile ``sorted(values)[floor(q * (n - 1))]``, clamped to
-the exact ``min``/``max``.
+of the exact nearest-rank sample quantile ``sorted(values)[max(0, ceil(q * n) - 1)]``
+(so p99 of 10 values is the largest), clamped to the exact ``min``/``max``.
 
 Memory is bounded whatever the stream: values are clamped to
 ``[MIN_TRACKED, MAX_TRACKED]`` (1 ns .. ~11.6 days for seconds), so there are at
@@ -24,12 +24,25 @@ __all__ = ["DEFAULT_RELATIVE_ERROR", "LogHistogram"]
 DEFAULT_RELATIVE_ERROR = 0.01
 MIN_TRACKED = 1e-9
 MAX_TRACKED = 1e6
+_ceil = math.ceil
+_log = math.log
 
 
 class LogHistogram:
     """Streaming quantiles over positive values (durations in seconds, counts)."""
 
-    __slots__ = ("_buckets", "_gamma", "_inv_log_gamma", "_max_index", "_min_index", "count", "max", "min", "total", "zeros")
+    __slots__ = (
+        "_buckets",
+        "_gamma",
+        "_inv_log_gamma",
+        "_max_index",
+        "_min_index",
+        "count",
+        "max",
+        "min",
+        "total",
+        "zeros",
+    )
 
     def __init__(self, relative_error: float = DEFAULT_RELATIVE_ERROR) -> None:
         if not 0.0 < relative_error < 1.0:
@@ -55,7 +68,7 @@ class LogHistogram:
         return self._max_index - self._min_index + 1
 
     def add(self, value: float) -> None:
-        """Record one value. NaN is ignored; infinities are clamped to the tracked range."""
+        """Record one value. NaN is ignored; values above ``MAX_TRACKED`` share the top bucket."""
         if value != value:  # NaN
             return
         self.count += 1
@@ -67,7 +80,9 @@ class LogHistogram:
         if value <= MIN_TRACKED:
             self.zeros += 1
             return
-        i = math.ceil(math.log(min(value, MAX_TRACKED)) * self._inv_log_gamma)
+        if value > MAX_TRACKED:
+            value = MAX_TRACKED
+        i = _ceil(_log(value) * self._inv_log_gamma)
         b = self._buckets
         b[i] = b.get(i, 0) + 1
 
@@ -103,7 +118,7 @@ class LogHistogram:
         if self.count == 0:
             return tuple(math.nan for _ in qs)
         order = sorted(range(len(qs)), key=qs.__getitem__)
-        ranks = [qs[j] * (self.count - 1) for j in order]  # ascending
+        ranks = [max(0, math.ceil(qs[j] * self.count) - 1) for j in order]  # nearest rank, ascending
         found: list[float] = []
         seen = self.zeros
         zero = min(max(0.0, self.min), self.max)
@@ -119,7 +134,8 @@ class LogHistogram:
         found.extend([self.max] * (len(ranks) - len(found)))
         result = [0.0] * len(qs)
         for j, value in zip(order, found, strict=True):
-            result[j] = value
+            # the extreme ranks are known exactly
+            result[j] = self.min if qs[j] == 0.0 else self.max if qs[j] == 1.0 else value
         return tuple(result)
 
     def quantile(self, q: float) -> float:

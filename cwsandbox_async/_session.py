@@ -23,12 +23,15 @@ from ._errors import SandboxError, SandboxValidationError
 from ._log import log
 from ._metrics import MetricsAggregator
 from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
+from ._snapshot import MetricsSnapshot
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
+from .reporters._dispatch import MetricsReporting
 
 if TYPE_CHECKING:
     from .backends.base import Backend
+    from .reporters import Reporter
 
 __all__ = ["Session", "SessionState"]
 
@@ -61,7 +64,7 @@ class Session:
         *,
         backend: str | Backend = "local",
         backend_options: Mapping[str, Any] | None = None,
-        report_to: Sequence[str] | None = None,
+        report_to: str | Sequence[str | Reporter] | None = None,
         run: Any = None,
         handle_signals: bool = True,
     ) -> None:
@@ -86,6 +89,7 @@ class Session:
         self.metrics = MetricsAggregator()
         self._report_to = report_to
         self._run = run
+        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run)
 
     # -- lifecycle -------------------------------------------------------------
     @property
@@ -147,6 +151,7 @@ class Session:
                 log.warning("backend close failed", error=repr(exc))
         if scope.cancelled_caught:
             log.warning("session close hit its deadline", remaining=len(self._sandboxes))
+        self._reporting.close()  # after the stops, so their counts are in it; never raises
         self._remove_sigterm()
         self._state = SessionState.CLOSED
         if self._ctx_token is not None:
@@ -322,8 +327,22 @@ class Session:
 
     # -- metrics ---------------------------------------------------------------
     def log_metrics(self, step: int | None = None, *, reset: bool = True) -> bool:
-        """Flush the metrics gathered since the last flush to every reporter (see the metrics module)."""
-        return False
+        """Flush the metrics gathered since the last flush to every reporter, as training step ``step``.
+
+        ``step=None`` means the last step + 1 (0 first). ``reset=False`` keeps
+        accumulating after the flush. Returns True if every available reporter
+        took the snapshot; False, keeping the data for the next flush, if there
+        is no reporter (no W&B run yet), nothing happened since the last flush,
+        or a reporter failed (logged as a warning). W&B gets ``cwsandbox/step``,
+        never ``step=``. Closing the session flushes what is left as step last + 1.
+        Thread-safe (may be called off the event loop). Raises
+        ``SandboxValidationError`` for a step that is not a non-negative int.
+        """
+        return self._reporting.log(step, reset=reset)
+
+    def snapshot(self) -> MetricsSnapshot:
+        """The metrics since the last flush, frozen (``.as_dict()`` gives the ``cwsandbox/*`` mapping)."""
+        return self.metrics.snapshot()
 
 
 class _SandboxOpener:

@@ -175,7 +175,7 @@ async def test_list_and_sweep_find_leftovers_of_another_session() -> None:
         swept = await s2.sweep()
         assert set(swept) == {sb.sandbox_id for sb in left}
         assert [i.sandbox_id for i in await s2.list()] == [mine.sandbox_id]
-        assert s2.metrics.counters["orphans_swept"] == 3
+        assert s2.snapshot().orphans_swept == 3
         with pytest.raises(cwa.SandboxValidationError):
             await s2.sweep(tags=())
     assert len(world) == 0

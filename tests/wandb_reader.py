@@ -32,9 +32,6 @@ def _payloads(data: bytes) -> list[bytes]:
         _crc, length, kind = HEADER.unpack_from(data, pos)
         chunk = data[pos + HEADER.size : pos + HEADER.size + length]
         pos += HEADER.size + length
-        if kind == 0 and length == 0:  # zero padding at the end of a block
-            pos += BLOCK - pos % BLOCK if pos % BLOCK else 0
-            continue
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind in (1, 4):
             out.append(pending)
@@ -58,9 +55,7 @@ def read_history(path: str | Path) -> list[dict[str, Any]]:
         record = pb.Record()
         record.ParseFromString(payload)
         if record.WhichOneof("record_type") == "history":
-            rows.append(
-                {(item.key or "/".join(item.nested_key)): _value(item) for item in record.history.item}
-            )
+            rows.append({(item.key or "/".join(item.nested_key)): _value(item) for item in record.history.item})
     return rows
 
 

@@ -1,0 +1,96 @@
+"""Outcomes: one finished item of work, its error carried as a value.
+
+``OutcomeKind`` says how an item ended:
+
+- ``OK``: it returned ``value``.
+- ``ERROR``: the user's code raised (including ``SandboxExecutionError``,
+  ``SandboxFileError``, ``SandboxValidationError``: the program's own failures).
+- ``INFRA``: the platform failed (a ``SandboxError`` whose ``infrastructure`` is
+  True: the sandbox died, the backend or transport broke, a create or file
+  transfer timed out). A trainer drops these from advantage statistics instead
+  of reading them as a zero reward (``outcome.infra_failure``).
+- ``TIMEOUT``: the item missed its deadline (its work was cancelled), or it raised
+  a timeout that is the program's outcome (an exec timeout, a ``TimeoutError``).
+- ``CANCELLED``: the work raised ``CancelledError`` of its own accord (it awaited
+  something that was cancelled) while nobody cancelled the gatherer.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ._errors import SandboxError
+
+__all__ = ["Outcome", "OutcomeKind", "classify_error"]
+
+T = TypeVar("T")
+
+
+class OutcomeKind(enum.StrEnum):
+    """How one item of work ended (see the module docstring)."""
+
+    OK = "ok"
+    ERROR = "error"
+    INFRA = "infra"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """One finished item: its position, its key, how it ended, and its value or error.
+
+    ``index`` is the item's position in the input (the order it was pulled in).
+    ``key`` is the key given with the item (a mapping key or the first element of
+    a ``(key, work)`` pair), else the index. ``duration`` is the item's own wall
+    time in seconds, from its start to its end (time spent waiting for a free slot
+    is not counted).
+    """
+
+    index: int
+    key: Any
+    kind: OutcomeKind
+    value: T | None
+    error: BaseException | None
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        """True if the item returned a value."""
+        return self.kind is OutcomeKind.OK
+
+    @property
+    def infra_failure(self) -> bool:
+        """True if the platform failed rather than the program: drop it from reward statistics."""
+        return self.kind is OutcomeKind.INFRA
+
+    def unwrap(self) -> T:
+        """Return the value, or raise the item's error (chained to nothing new: the original object)."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]  # OK outcomes hold the returned value, None included
+
+
+def classify_error(exc: BaseException) -> OutcomeKind:
+    """Map an exception raised by an item's work to an ``OutcomeKind``.
+
+    A ``SandboxError`` marked ``infrastructure`` is ``INFRA``; a timeout that is
+    not an infrastructure failure is ``TIMEOUT``; anything else is ``ERROR``. An
+    exception group is ``INFRA`` if any leaf is an infrastructure failure (the
+    platform's failure taints the sample), ``TIMEOUT`` if every leaf is a
+    timeout, else ``ERROR``.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        kinds = [classify_error(e) for e in exc.exceptions]
+        if OutcomeKind.INFRA in kinds:
+            return OutcomeKind.INFRA
+        if kinds and all(k is OutcomeKind.TIMEOUT for k in kinds):
+            return OutcomeKind.TIMEOUT
+        return OutcomeKind.ERROR
+    if isinstance(exc, SandboxError) and exc.infrastructure:
+        return OutcomeKind.INFRA
+    if isinstance(exc, TimeoutError):
+        return OutcomeKind.TIMEOUT
+    return OutcomeKind.ERROR

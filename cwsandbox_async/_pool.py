@@ -1,0 +1,642 @@
+"""SandboxPool: pre-warmed sandboxes leased to coroutine rollouts.
+
+Accounting: every sandbox the pool owns is in exactly one place: ``idle`` (warm,
+ready), ``out`` (leased, or being health-checked or reset), a creation slot
+(``warming``, held through retries and back-off) or ``destroying``. Moves between
+them happen in synchronous steps, and a creation slot is only taken while
+``idle + out + warming + destroying < max_size``. That sum is an upper bound on what
+the backend holds for this pool, so ``max_size`` is a hard cap whatever the
+interleaving of leases, failures, retries, resizes and cancellations.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from ._errors import (
+    PoolClosedError,
+    PoolError,
+    PoolTimeoutError,
+    SandboxError,
+    SandboxValidationError,
+)
+from ._lease import Lease
+from ._log import log
+from ._pool_create import Creator, count_arg
+from ._pool_types import PoolState, PoolStatistics, check_transition
+from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
+from ._types import SandboxStatus
+from ._validate import validate_timeout
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+__all__ = ["ResetHook", "SandboxPool"]
+
+#: ``async def reset(sandbox) -> None``; raising (or timing out) discards the sandbox.
+ResetHook = Callable[[Sandbox], Awaitable[None]]
+
+#: How long closing waits for background work (creations, resets, stops) after the grace period.
+CLOSE_TIMEOUT_SECONDS = 60.0
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "sandbox")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.sandbox: Sandbox | None = None
+        self.error: BaseException | None = None
+
+
+def _seconds(value: object, what: str) -> float:
+    out = validate_timeout(value, what)
+    assert out is not None
+    return out
+
+
+class SandboxPool:
+    """Keeps ``size`` sandboxes warm and leases them to rollouts; never more than ``max_size`` alive.
+
+    ``async with SandboxPool(session, size=64, max_size=256) as pool:`` starts warming
+    at once; ``async with pool.lease() as sb:`` hands out a ready sandbox (at once when
+    one is idle, otherwise in FIFO order, within ``lease_timeout_seconds``).
+
+    - ``reuse=False`` (default): each lease gets a fresh sandbox, destroyed on release,
+      and a replacement is warmed. ``reuse=True`` returns a sandbox to the idle set
+      after a lease that ended without an exception, once ``reset(sb)`` succeeded
+      (a failing or slow reset, or a dead sandbox, is discarded instead).
+    - ``max_size`` (default ``2 * size``, at least 1) caps sandboxes alive, being
+      created and being stopped. ``create_rate``/``create_burst`` add a token bucket
+      on create attempts (retries included).
+    - A failed create is retried ``create_attempts`` times with exponential back-off
+      and jitter (from ``create_backoff_seconds`` up to ``create_backoff_max_seconds``).
+      After ``max_consecutive_failures`` failed attempts in a row, waiting leases and
+      ``wait_ready`` raise ``SandboxCreationError`` instead of waiting on; the pool
+      keeps trying (with a growing cool-down) and recovers on the first success.
+    - ``check_on_lease`` asks the backend for the sandbox's status before handing it
+      out (a dead one is discarded and replaced unseen); ``health_check_interval_seconds``
+      also sweeps idle sandboxes periodically (``None`` turns the sweep off).
+    - Closing (leaving the block, ``aclose()``, or leaving the Session) refuses new
+      leases, fails waiting ones with ``PoolClosedError``, lets held leases finish for
+      ``close_grace_seconds``, then cancels them (their ``async with`` raises
+      ``PoolClosedError``) and destroys every sandbox the pool created.
+
+    Other keyword arguments are ``SandboxDefaults`` overrides for the pool's sandboxes.
+    Bad arguments raise ``SandboxValidationError``.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        size: int = 8,
+        max_size: int | None = None,
+        *,
+        reuse: bool = False,
+        reset: ResetHook | None = None,
+        reset_timeout_seconds: float = 30.0,
+        create_rate: float | None = None,
+        create_burst: int | None = None,
+        create_attempts: int = 3,
+        create_backoff_seconds: float = 0.5,
+        create_backoff_max_seconds: float = 10.0,
+        max_consecutive_failures: int = 5,
+        lease_timeout_seconds: float = 30.0,
+        hold_timeout_seconds: float | None = None,
+        check_on_lease: bool = True,
+        health_check_interval_seconds: float | None = 30.0,
+        close_grace_seconds: float = 10.0,
+        **sandbox_overrides: Any,
+    ) -> None:
+        self._size = count_arg(size, "size", 0)
+        self._max_size = count_arg(max(2 * self._size, 1) if max_size is None else max_size, "max_size", 1)
+        if self._size > self._max_size:
+            raise SandboxValidationError(f"size ({size}) must not exceed max_size ({self._max_size})")
+        if not isinstance(reuse, bool):
+            raise SandboxValidationError("reuse must be a bool")
+        if reset is not None and not reuse:
+            raise SandboxValidationError("a reset hook needs reuse=True (without reuse every lease is fresh)")
+        if reset is not None and not callable(reset):
+            raise SandboxValidationError("reset must be an async callable taking the sandbox")
+        self._session = session
+        self._defaults = session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults
+        self._reuse = reuse
+        self._reset = reset
+        self._reset_timeout = _seconds(reset_timeout_seconds, "reset_timeout_seconds")
+        self._creator = Creator(
+            session,
+            self._defaults,
+            rate=create_rate,
+            burst=create_burst,
+            attempts=create_attempts,
+            backoff=create_backoff_seconds,
+            backoff_max=create_backoff_max_seconds,
+            max_failures=max_consecutive_failures,
+            keep_going=self._keep_creating,
+            on_failing=lambda: self._fail_waiters(self._creator.failing_error),
+        )
+        self._lease_timeout = _seconds(lease_timeout_seconds, "lease_timeout_seconds")
+        self._hold_timeout = validate_timeout(hold_timeout_seconds, "hold_timeout_seconds", allow_none=True)
+        self._check_on_lease = bool(check_on_lease)
+        self._health_interval = validate_timeout(
+            health_check_interval_seconds, "health_check_interval_seconds", allow_none=True
+        )
+        if isinstance(close_grace_seconds, bool) or not isinstance(close_grace_seconds, (int, float)):
+            raise SandboxValidationError("close_grace_seconds must be a number of seconds")
+        if not math.isfinite(close_grace_seconds) or close_grace_seconds < 0:
+            raise SandboxValidationError(f"close_grace_seconds must be >= 0, got {close_grace_seconds!r}")
+        self._grace = float(close_grace_seconds)
+
+        self.pool_id = f"pool-{uuid.uuid4().hex[:8]}"
+        self._state = PoolState.NEW
+        self._idle: deque[Sandbox] = deque()
+        self._out: set[Sandbox] = set()
+        self._waiters: deque[_Waiter] = deque()
+        self._leases: set[Lease] = set()
+        self._warming = 0
+        self._destroying = 0
+        self._destroyed = self._warm_hits = self._cold_waits = self._timeouts = self._discarded = self._max_alive = 0
+        self._timer_pending = False
+        self._changed = anyio.Event()
+        self._host_tg: TaskGroup | None = None
+        self._tg: TaskGroup | None = None
+        self._bg_scope: anyio.CancelScope | None = None
+        self._bg_done = anyio.Event()
+        self._closed = anyio.Event()
+
+    # -- introspection ---------------------------------------------------------
+    @property
+    def state(self) -> PoolState:
+        return self._state
+
+    @property
+    def size(self) -> int:
+        """Idle sandboxes the pool keeps warm."""
+        return self._size
+
+    @property
+    def max_size(self) -> int:
+        """Hard cap on sandboxes alive, being created or being stopped."""
+        return self._max_size
+
+    @property
+    def reuse(self) -> bool:
+        return self._reuse
+
+    def statistics(self) -> PoolStatistics:
+        """A frozen snapshot of the pool's gauges and counters."""
+        return PoolStatistics(
+            state=self._state,
+            size=self._size,
+            max_size=self._max_size,
+            idle=len(self._idle),
+            leased=len(self._out),
+            warming=self._warming,
+            waiting=len(self._waiters),
+            destroying=self._destroying,
+            created=self._creator.created,
+            destroyed=self._destroyed,
+            failures=self._creator.failures,
+            retries=self._creator.retries,
+            warm_hits=self._warm_hits,
+            cold_waits=self._cold_waits,
+            timeouts=self._timeouts,
+            discarded=self._discarded,
+            max_alive=self._max_alive,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (
+            f"<SandboxPool {s.state.value} size={s.size} max_size={s.max_size} "
+            f"idle={s.idle} leased={s.leased} warming={s.warming} waiting={s.waiting}>"
+        )
+
+    def _alive(self) -> int:
+        return len(self._idle) + len(self._out) + self._warming + self._destroying
+
+    def _transition(self, target: PoolState) -> None:
+        check_transition(self._state, target)
+        log.debug("pool state", old=self._state.value, new=target.value)
+        self._state = target
+
+    # -- lifecycle -------------------------------------------------------------
+    async def __aenter__(self) -> SandboxPool:
+        from ._session import SessionState
+
+        check_transition(self._state, PoolState.OPEN)
+        if self._session.state is not SessionState.OPEN:
+            raise PoolError("the session is not open; open it first ('async with Session(...)')")
+        self._host_tg = anyio.create_task_group()
+        await self._host_tg.__aenter__()
+        await self._host_tg.start(self._run)
+        self._session.add_closer(self.aclose)
+        self._transition(PoolState.OPEN)
+        log.debug("pool opened", size=self._size, max_size=self._max_size, reuse=self._reuse)
+        self._update()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self.aclose()
+        finally:
+            tg, self._host_tg = self._host_tg, None
+            if tg is not None:  # its only child (_run) has ended; this returns at once
+                await tg.__aexit__(None, None, None)
+
+    async def _run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Host of the pool's background tasks: creations, destroys, resets, the health sweep."""
+        try:
+            with anyio.CancelScope() as scope:
+                self._bg_scope = scope
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    task_status.started()
+                    if self._health_interval is not None:
+                        tg.start_soon(self._health_loop, name="pool health sweep")
+                    await anyio.sleep_forever()
+        except Exception as exc:  # a bug; logged rather than cancelling the code using the pool
+            log.error("pool background tasks failed", error=repr(exc))
+        finally:
+            self._tg = None
+            self._bg_done.set()
+
+    async def aclose(self) -> None:
+        """Stop leasing, let leases finish (``close_grace_seconds``), cancel the rest, destroy everything.
+
+        Idempotent, and safe to call from any task: a second caller waits for the first.
+        Runs shielded from cancellation, bounded by the grace period plus
+        ``CLOSE_TIMEOUT_SECONDS``. Never raises for a sandbox that fails to stop (that is logged).
+        """
+        if self._state is PoolState.NEW:
+            self._transition(PoolState.CLOSED)
+            self._closed.set()
+            return
+        if self._state is not PoolState.OPEN:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._grace + CLOSE_TIMEOUT_SECONDS):
+                await self._closed.wait()
+            return
+        self._transition(PoolState.CLOSING)
+        self._session.remove_closer(self.aclose)
+        self._fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool"))
+        self._update()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self._grace):
+                await self._until(lambda: not self._leases)
+            for lease in list(self._leases):
+                lease._cancel_for_close()
+            with anyio.move_on_after(STOP_TIMEOUT_SECONDS) as scope:
+                await self._until(lambda: not self._leases)
+            if scope.cancelled_caught:
+                log.warning("leases ignored the pool closing; destroying their sandboxes", leases=len(self._leases))
+            if self._bg_scope is not None:
+                self._bg_scope.cancel()
+            with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
+                await self._bg_done.wait()
+            if scope.cancelled_caught:
+                log.warning("pool background tasks did not end in time")
+            await self._destroy_remaining()
+            self._transition(PoolState.CLOSED)
+            self._closed.set()
+            self._update()
+            self._session.metrics.pool_closed(self.pool_id)
+        log.debug("pool closed", created=self._creator.created, destroyed=self._destroyed)
+
+    async def _destroy_remaining(self) -> None:
+        while self._idle or self._out:
+            victims = [*self._idle, *self._out]
+            self._idle.clear()
+            self._out.clear()
+            self._destroying += len(victims)
+            async with anyio.create_task_group() as tg:
+                for sb in victims:
+                    tg.start_soon(self._destroy, sb)
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        while True:
+            changed = self._changed
+            if done():
+                return
+            await changed.wait()
+
+    # -- state changes ---------------------------------------------------------
+    def _update(self) -> None:
+        """Called after every change: refill, publish gauges, wake whoever waits on a condition."""
+        self._fill()
+        self._max_alive = max(self._max_alive, self._alive())
+        self._session.metrics.pool_gauges(
+            idle=len(self._idle), leased=len(self._out), warming=self._warming, pool_id=self.pool_id
+        )
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    def _fill(self) -> None:
+        """Start creations for the idle target plus queued leases, within ``max_size``."""
+        tg = self._tg
+        if self._state is not PoolState.OPEN or tg is None:
+            return
+        wanted = self._size + len(self._waiters) - len(self._idle) - self._warming
+        n = min(wanted, self._max_size - self._alive())
+        if n <= 0:
+            return
+        if anyio.current_time() < self._creator.cooling_until:
+            if not self._timer_pending:
+                self._timer_pending = True
+                tg.start_soon(self._wake_at, self._creator.cooling_until, name="pool cool-down")
+            return
+        for _ in range(n):
+            self._warming += 1
+            tg.start_soon(self._warm, name="pool warm")
+
+    async def _wake_at(self, when: float) -> None:
+        try:
+            await anyio.sleep_until(when)
+        finally:
+            self._timer_pending = False
+        self._update()
+
+    def _deliver(self, sb: Sandbox, *, front: bool = False) -> None:
+        """Place a ready sandbox that is in no set yet: first waiter, else idle, else destroy it."""
+        if self._state is not PoolState.OPEN or sb.status.is_terminal:
+            self._discard_soon(sb)
+            return
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.sandbox = sb
+            self._out.add(sb)
+            waiter.event.set()
+        elif len(self._idle) < self._size and self._alive() < self._max_size:
+            if front:
+                self._idle.appendleft(sb)
+            else:
+                self._idle.append(sb)
+        else:
+            self._discard_soon(sb)
+
+    def _discard_soon(self, sb: Sandbox) -> None:
+        """Destroy a sandbox that is in no set, in the background (slot held until it is gone)."""
+        if sb.status is SandboxStatus.COMPLETED:  # already stopped (by close, or by its user)
+            return
+        if self._tg is None:  # background gone (closing): _destroy_remaining takes idle sandboxes
+            self._idle.append(sb)
+            return
+        self._destroying += 1
+        self._tg.start_soon(self._destroy, sb, name="pool destroy")
+
+    async def _discard(self, sb: Sandbox) -> None:
+        if self._tg is not None:
+            self._discard_soon(sb)
+            self._update()
+            return
+        self._destroying += 1
+        self._update()
+        await self._destroy(sb)
+
+    async def _destroy(self, sb: Sandbox) -> None:
+        """Stop one sandbox (shielded, bounded by the stop deadline); then free its slot."""
+        with anyio.CancelScope(shield=True):
+            counted = sb.status is not SandboxStatus.COMPLETED
+            try:
+                await sb.stop()
+            except SandboxError:  # logged by stop(); one more try through the session
+                await self._session._destroy_quietly(sb.sandbox_id)
+            finally:
+                self._destroying -= 1
+                if counted:
+                    self._destroyed += 1
+                self._update()
+
+    def _fail_waiters(self, make_error: Callable[[], BaseException]) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.error = make_error()
+            waiter.event.set()
+
+    # -- creating ----------------------------------------------------------------
+    async def _warm(self) -> None:
+        sb: Sandbox | None = None
+        try:
+            sb = await self._creator.create()
+        except Exception:
+            pass  # counted and logged by the creator; the pool cools down and tries again
+        finally:
+            self._warming -= 1
+            if sb is not None:
+                self._deliver(sb)
+            self._update()
+
+    def _keep_creating(self) -> bool:
+        from ._session import SessionState
+
+        return self._state is PoolState.OPEN and self._session.state is SessionState.OPEN
+
+    # -- health ------------------------------------------------------------------
+    async def _probe(self, sb: Sandbox) -> bool:
+        """Whether the backend still reports the sandbox alive (a failed status call counts as dead)."""
+        if sb.status.is_terminal:
+            return False
+        try:
+            return not (await sb.refresh_status()).is_terminal
+        except SandboxError:
+            return False
+
+    def _drop_dead(self, sb: Sandbox) -> None:
+        self._discarded += 1
+        log.info("discarding a dead idle sandbox", sandbox_id=sb.sandbox_id)
+        self._discard_soon(sb)
+        self._update()
+
+    async def _health_loop(self) -> None:
+        assert self._health_interval is not None
+        while True:
+            await anyio.sleep(self._health_interval)
+            for sb in list(self._idle):
+                if sb in self._idle and not await self._probe(sb) and sb in self._idle:
+                    self._idle.remove(sb)
+                    self._drop_dead(sb)
+
+    # -- leasing -----------------------------------------------------------------
+    def lease(self, timeout_seconds: float | None = None, *, hold_timeout_seconds: float | None = None) -> Lease:
+        """``async with pool.lease() as sb:`` a ready sandbox, released when the block exits.
+
+        Waits at most ``timeout_seconds`` (default ``lease_timeout_seconds``) for a
+        sandbox, then raises ``PoolTimeoutError``. Raises ``PoolClosedError`` if the pool
+        is closed or closes while waiting, and ``SandboxCreationError`` if the pool
+        cannot create sandboxes (see ``max_consecutive_failures``).
+
+        The block is bounded by ``hold_timeout_seconds`` (default: the pool's, None =
+        unbounded): past it the block is cancelled, the sandbox destroyed and
+        ``SandboxTimeoutError`` (``infrastructure=False``) raised. This and the lease
+        timeout are what keep a rollout bounded when nothing cancels it from outside
+        (an ART rollout coroutine, say). However the block ends (return, exception,
+        cancellation), the sandbox is released: destroyed and replaced by default,
+        returned to the pool with ``reuse=True`` only after a clean exit and reset.
+        """
+        timeout = self._lease_timeout if timeout_seconds is None else _seconds(timeout_seconds, "timeout_seconds")
+        hold = validate_timeout(hold_timeout_seconds, "hold_timeout_seconds", allow_none=True)
+        return Lease(self, timeout, self._hold_timeout if hold is None else hold)
+
+    def _check_can_lease(self) -> None:
+        if self._state is PoolState.NEW:
+            raise PoolError("the pool is not open; use 'async with SandboxPool(...)'")
+        if self._state is not PoolState.OPEN:
+            raise PoolClosedError("cannot lease from a closed pool")
+
+    async def _acquire(self, timeout_seconds: float) -> tuple[Sandbox, bool]:
+        """A checked, running sandbox and whether it was warm (idle at once). Raises as ``lease()`` says."""
+        self._check_can_lease()
+        warm, front = True, False
+        with anyio.move_on_after(timeout_seconds):
+            while True:
+                self._check_can_lease()
+                if self._idle:
+                    sb = self._idle.popleft()
+                    self._out.add(sb)
+                    self._update()
+                else:
+                    warm = False
+                    sb = await self._wait_for_sandbox(front)
+                if await self._check(sb):
+                    if self._state is PoolState.OPEN:
+                        if warm:
+                            self._warm_hits += 1
+                        else:
+                            self._cold_waits += 1
+                        return sb, warm
+                    self._out.discard(sb)
+                    await self._discard(sb)
+                    raise PoolClosedError("cannot lease from a closed pool")
+                front = True  # it was our turn: keep it after a dead sandbox
+        self._timeouts += 1
+        stats = self.statistics()
+        err = PoolTimeoutError(
+            f"no sandbox could be leased within {timeout_seconds:g} s (idle={stats.idle}, leased={stats.leased}, "
+            f"warming={stats.warming}, waiting={stats.waiting}, max_size={stats.max_size})"
+        )
+        cause = self._creator.last_error if self._creator.consecutive_failures else None
+        raise err from cause
+
+    async def _wait_for_sandbox(self, front: bool) -> Sandbox:
+        waiter = _Waiter()
+        if front:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
+        self._update()
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if waiter.sandbox is not None:  # handed to us just as we were cancelled: pass it on
+                self._out.discard(waiter.sandbox)
+                self._deliver(waiter.sandbox, front=True)
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            self._update()
+            raise
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.sandbox is not None
+        return waiter.sandbox
+
+    async def _check(self, sb: Sandbox) -> bool:
+        """Health-check a sandbox taken for a lease (it is in ``out``); a dead one is discarded."""
+        try:
+            ok = await self._probe(sb) if self._check_on_lease else not sb.status.is_terminal
+        except BaseException:  # cancelled mid-check: it goes back, unharmed
+            self._out.discard(sb)
+            self._deliver(sb, front=True)
+            self._update()
+            raise
+        if not ok:
+            self._out.discard(sb)
+            self._drop_dead(sb)
+        return ok
+
+    async def _release(self, sb: Sandbox, *, clean: bool) -> None:
+        """Give a leased sandbox back: destroy it, or (reuse, clean exit) reset it and return it."""
+        if sb not in self._out:  # the pool already destroyed it (close deadline)
+            self._update()
+            return
+        if clean and self._reuse and self._state is PoolState.OPEN and not sb.status.is_terminal:
+            if self._reset is None:
+                self._out.discard(sb)
+                self._deliver(sb)
+                self._update()
+                return
+            if self._tg is not None:
+                self._tg.start_soon(self._recycle, sb, name="pool reset")
+                return
+        self._out.discard(sb)
+        await self._discard(sb)
+
+    async def _recycle(self, sb: Sandbox) -> None:
+        """Run the reset hook (bounded); return the sandbox on success, discard it otherwise."""
+        assert self._reset is not None
+        ok = False
+        try:
+            with anyio.fail_after(self._reset_timeout):
+                await self._reset(sb)
+            ok = not sb.status.is_terminal
+        except Exception as exc:
+            self._discarded += 1
+            log.warning("sandbox reset failed; discarding it", sandbox_id=sb.sandbox_id, error=repr(exc))
+        finally:
+            self._out.discard(sb)
+            if ok:
+                self._deliver(sb)
+            else:
+                self._discard_soon(sb)
+            self._update()
+
+    # -- sizing ------------------------------------------------------------------
+    async def wait_ready(self, timeout_seconds: float | None = None) -> None:
+        """Wait until the idle target is met (``size`` idle, or as many as ``max_size`` leaves room for).
+
+        Raises ``SandboxCreationError`` if the pool is failing to create sandboxes,
+        ``PoolTimeoutError`` after ``timeout_seconds`` (None: no deadline of its own;
+        every create attempt has one), ``PoolClosedError`` if the pool closes.
+        """
+        timeout = validate_timeout(timeout_seconds, "timeout_seconds", allow_none=True)
+        self._check_can_lease()
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while True:
+                changed = self._changed
+                self._check_can_lease()
+                room = self._max_size - len(self._out) - self._destroying
+                if len(self._idle) >= min(self._size, room):
+                    return
+                if self._creator.failing:
+                    raise self._creator.failing_error()
+                await changed.wait()
+        raise PoolTimeoutError(f"the pool was not ready within {timeout:g} s ({self!r})")
+
+    async def resize(self, size: int, *, max_size: int | None = None) -> None:
+        """Change the idle target (and optionally the cap). Growing warms in the background
+        (``wait_ready`` waits for it); shrinking destroys surplus idle sandboxes and returns
+        once they are gone. Leased sandboxes are never taken back: lowering ``max_size``
+        below what is alive only stops creation until enough are released.
+        """
+        self._check_can_lease()
+        new_max = self._max_size if max_size is None else count_arg(max_size, "max_size", 1)
+        new_size = count_arg(size, "size", 0)
+        if new_size > new_max:
+            raise SandboxValidationError(f"size ({new_size}) must not exceed max_size ({new_max})")
+        self._size, self._max_size = new_size, new_max
+        surplus = max(len(self._idle) - new_size, min(len(self._idle), self._alive() - new_max))
+        trimmed = [self._idle.popleft() for _ in range(max(0, surplus))]  # oldest first
+        for sb in trimmed:
+            self._discard_soon(sb)
+        self._update()
+        log.info("pool resized", size=new_size, max_size=new_max, trimmed=len(trimmed))
+        with anyio.move_on_after(2 * STOP_TIMEOUT_SECONDS):
+            await self._until(lambda: all(sb.status is SandboxStatus.COMPLETED for sb in trimmed))

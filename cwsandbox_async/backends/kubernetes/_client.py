@@ -1,0 +1,318 @@
+"""A small async Kubernetes API client on aiohttp: REST calls, watch streams and WebSocket upgrades.
+
+Every call goes through one funnel: a client-side token bucket (``qps``/``burst``),
+an in-flight cap for short requests, tenacity retries with jittered exponential
+backoff that honour a 429/503 ``Retry-After``, a fresh credential (refreshed once
+after a 401) and an overall deadline. What escapes is always in the library's tree:
+
+- ``KubeApiError`` (a ``SandboxTransportError``) for an HTTP error status or a broken
+  connection, with ``.status`` (None when no response came) and the API ``reason``;
+- ``SandboxBackendUnavailableError`` when the server cannot be reached at all, TLS
+  verification fails, or credentials are rejected;
+- ``SandboxTimeoutError`` when the overall deadline passes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+
+import aiohttp
+import anyio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from ..._errors import SandboxBackendUnavailableError, SandboxTimeoutError, SandboxTransportError
+from ..._log import log
+from ..._ratelimit import TokenBucket
+from ._auth import AuthState, Credentials
+from ._config import ClusterConfig
+from ._options import KubernetesOptions
+
+__all__ = ["KubeApiError", "KubeClient", "Params"]
+
+T = TypeVar("T")
+Params = Sequence[tuple[str, str]]
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+USER_AGENT = "cwsandbox-async/0.1.0"
+
+
+class KubeApiError(SandboxTransportError):
+    """The API server answered with an error status, or the connection broke before it answered."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str | None = None,
+        retry_after: float | None = None,
+        connect: bool = False,
+        sandbox_id: str | None = None,
+    ) -> None:
+        super().__init__(message, sandbox_id=sandbox_id)
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+        self.connect = connect
+
+    @property
+    def retryable(self) -> bool:
+        return self.status is None or self.status in _RETRY_STATUSES
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    value = (headers or {}).get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        import time
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _status_error(what: str, status: int, body: bytes, headers: Mapping[str, str] | None) -> KubeApiError:
+    reason, message = None, body[:300].decode(errors="replace").strip()
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict):
+            reason, message = doc.get("reason"), doc.get("message") or message
+    except ValueError:
+        pass
+    return KubeApiError(
+        f"{what}: HTTP {status} {reason or ''}: {message}".replace("  ", " "),
+        status=status,
+        reason=reason,
+        retry_after=_retry_after(headers),
+    )
+
+
+def translate_transport(exc: BaseException, what: str) -> SandboxTransportError | SandboxBackendUnavailableError:
+    """One place that turns an aiohttp/OS error into the library's tree."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        return SandboxBackendUnavailableError(f"{what}: TLS verification failed: {exc}")
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        return SandboxBackendUnavailableError(f"{what}: proxy refused the connection: HTTP {exc.status}")
+    if isinstance(exc, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+        return SandboxBackendUnavailableError(f"{what}: invalid URL {exc}")
+    if isinstance(exc, aiohttp.WSServerHandshakeError):
+        return KubeApiError(
+            f"{what}: WebSocket upgrade refused: HTTP {exc.status} {exc.message}",
+            status=exc.status,
+            retry_after=_retry_after(exc.headers),
+        )
+    connect = isinstance(exc, aiohttp.ClientConnectorError)
+    return KubeApiError(f"{what}: {type(exc).__name__}: {exc}", connect=connect)
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+class KubeClient:
+    """The API client one backend owns. Create inside a running event loop; ``aclose`` when done."""
+
+    def __init__(self, cfg: ClusterConfig, opts: KubernetesOptions) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self.creds = Credentials(cfg)
+        self.bucket = TokenBucket(opts.qps, opts.burst)
+        self._limiter = anyio.CapacityLimiter(opts.max_in_flight)
+        self._session: aiohttp.ClientSession | None = None
+        self.calls: Counter[str] = Counter()
+        self.retries = 0
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+                headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+                trust_env=True,
+            )
+        return self._session
+
+    def url(self, path: str) -> str:
+        return self.cfg.server + path
+
+    def _kwargs(self, auth: AuthState) -> dict[str, Any]:
+        kw: dict[str, Any] = {"headers": {"Authorization": auth.authorization} if auth.authorization else {}}
+        if self.cfg.https:
+            kw["ssl"] = auth.ssl if auth.ssl is not None else True
+            if self.cfg.tls_server_name:
+                kw["server_hostname"] = self.cfg.tls_server_name
+        if self.cfg.proxy_url:
+            kw["proxy"] = self.cfg.proxy_url
+        return kw
+
+    def _wait(self, state: RetryCallState) -> float:
+        backoff = min(5.0, 0.1 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0)
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, KubeApiError) and exc.retry_after is not None:
+            return min(self.opts.max_retry_after_seconds, exc.retry_after) + random.uniform(0.0, 0.05)
+        return backoff
+
+    async def _retrying(self, what: str, timeout: float, once: Callable[[], Awaitable[T]]) -> T:
+        """Run ``once`` with retries on retryable errors, within ``timeout`` seconds overall."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            self.retries += 1
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.debug("k8s retry", what=what, attempt=state.attempt_number, error=repr(exc))
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.opts.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(lambda e: isinstance(e, KubeApiError) and e.retryable),
+            sleep=anyio.sleep,
+            reraise=True,
+            before_sleep=before_sleep,
+        )
+        try:
+            with anyio.fail_after(timeout):
+                async for attempt in retrying:
+                    with attempt:
+                        return await once()
+        except SandboxTimeoutError:
+            raise
+        except TimeoutError as exc:
+            raise SandboxTimeoutError(f"{what} did not finish within {timeout:g} s", infrastructure=True) from exc
+        except KubeApiError as exc:
+            if exc.connect:
+                raise SandboxBackendUnavailableError(
+                    f"cannot reach the Kubernetes API at {self.cfg.server}: {exc.message}"
+                ) from exc
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _authorized(self, what: str, send: Callable[[AuthState], Awaitable[T]]) -> T:
+        """Send with the current credentials; after a 401, refresh them once and send again."""
+        auth = await self.creds.get()
+        try:
+            return await send(auth)
+        except KubeApiError as exc:
+            if exc.status != 401 or not self.creds.invalidate(auth):
+                if exc.status == 401:
+                    raise SandboxBackendUnavailableError(f"{what}: credentials rejected (401)") from exc
+                raise
+        auth = await self.creds.get()
+        try:
+            return await send(auth)
+        except KubeApiError as exc:
+            if exc.status == 401:
+                raise SandboxBackendUnavailableError(f"{what}: credentials rejected after refresh (401)") from exc
+            raise
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+        what: str | None = None,
+    ) -> dict[str, Any]:
+        """One REST call; returns the decoded JSON object. Raises as the module docstring says."""
+        what = what or f"{method} {path}"
+        per_try = aiohttp.ClientTimeout(total=self.opts.request_timeout_seconds)
+        data = json.dumps(body).encode() if body is not None else None
+
+        async def send(auth: AuthState) -> dict[str, Any]:
+            kw = self._kwargs(auth)
+            if data is not None:
+                kw["headers"]["Content-Type"] = content_type
+            try:
+                async with self._http().request(
+                    method, self.url(path), params=list(params), data=data, timeout=per_try, **kw
+                ) as resp:
+                    raw = await resp.read()
+                    if resp.status >= 400:
+                        raise _status_error(what, resp.status, raw, resp.headers)
+            except _TRANSPORT_ERRORS as exc:
+                raise translate_transport(exc, what) from exc
+            try:
+                doc = json.loads(raw) if raw else {}
+            except ValueError as exc:
+                raise KubeApiError(f"{what}: response is not JSON", status=resp.status) from exc
+            if not isinstance(doc, dict):
+                raise KubeApiError(f"{what}: response is not a JSON object", status=resp.status)
+            return doc
+
+        async def once() -> dict[str, Any]:
+            await self.bucket.acquire()
+            async with self._limiter:
+                self.calls[method] += 1
+                return await self._authorized(what, send)
+
+        return await self._retrying(what, timeout or 2 * self.opts.request_timeout_seconds, once)
+
+    @asynccontextmanager
+    async def stream(self, path: str, params: Params, *, read_timeout: float) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A long-running GET (a watch): yields the response once its status is 200. Not retried here."""
+        what = f"WATCH {path}"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.opts.request_timeout_seconds, sock_read=read_timeout)
+
+        async def send(auth: AuthState) -> aiohttp.ClientResponse:
+            try:
+                resp = await self._http().get(self.url(path), params=list(params), timeout=timeout, **self._kwargs(auth))
+            except _TRANSPORT_ERRORS as exc:
+                raise translate_transport(exc, what) from exc
+            if resp.status >= 400:
+                try:
+                    raw = await resp.read()
+                except _TRANSPORT_ERRORS:
+                    raw = b""
+                resp.release()
+                raise _status_error(what, resp.status, raw, resp.headers)
+            return resp
+
+        await self.bucket.acquire()
+        self.calls["WATCH"] += 1
+        with anyio.fail_after(2 * self.opts.request_timeout_seconds):
+            resp = await self._authorized(what, send)
+        try:
+            yield resp
+        finally:
+            resp.close()
+
+    async def ws_connect(
+        self, path: str, params: Params, protocols: Sequence[str], *, timeout: float
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Upgrade to a WebSocket (exec). The handshake is retried like a REST call; the caller closes it."""
+        what = f"exec {path}"
+
+        async def send(auth: AuthState) -> aiohttp.ClientWebSocketResponse:
+            try:
+                return await self._http().ws_connect(
+                    self.url(path),
+                    params=list(params),
+                    protocols=protocols,
+                    heartbeat=30.0,
+                    max_msg_size=0,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                    **self._kwargs(auth),
+                )
+            except _TRANSPORT_ERRORS as exc:
+                raise translate_transport(exc, what) from exc
+
+        async def once() -> aiohttp.ClientWebSocketResponse:
+            await self.bucket.acquire()
+            self.calls["EXEC"] += 1
+            return await self._authorized(what, send)
+
+        return await self._retrying(what, timeout, once)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()

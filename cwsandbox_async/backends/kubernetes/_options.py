@@ -1,0 +1,129 @@
+"""Options of the Kubernetes backend: one frozen dataclass, validated once, before any I/O."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..._errors import SandboxValidationError
+
+__all__ = ["KubernetesOptions"]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _positive(name: str, value: object, *, integer: bool = False, allow_zero: bool = False) -> None:
+    ok_type = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
+        raise SandboxValidationError(f"{name} must be a {'whole' if integer else 'finite'} number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise SandboxValidationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _opt_str(name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SandboxValidationError(f"{name} must be a non-empty str or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """Everything ``KubernetesBackend(**options)`` accepts; see the backend's docstring for each field.
+
+    Raises ``SandboxValidationError`` for an unknown option or a value of the wrong type or range.
+    """
+
+    # where: connection and credentials (default: kubeconfig, then in-cluster)
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool | None = None
+    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
+    server: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+    proxy_url: str | None = None
+    # what: the pod
+    image: str | None = None
+    image_pull_policy: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    runtime_class_name: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    run_as_user: int = 65532
+    run_as_group: int = 65532
+    host_users: bool | None = None
+    read_only_root_filesystem: bool = False
+    termination_grace_seconds: int = 1
+    # how: API etiquette
+    qps: float = 50.0
+    burst: int = 100
+    max_in_flight: int = 32
+    request_timeout_seconds: float = 30.0
+    max_retries: int = 5
+    max_retry_after_seconds: float = 30.0
+    watch_timeout_seconds: int = 300
+    file_timeout_seconds: float = 300.0
+    unschedulable_grace_seconds: float = 0.0
+    sweep_on_close: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("namespace", "kubeconfig", "context", "server", "token", "token_file", "ca_file"):
+            _opt_str(name, getattr(self, name))
+        for name in ("client_cert_file", "client_key_file", "tls_server_name", "proxy_url", "image"):
+            _opt_str(name, getattr(self, name))
+        _opt_str("runtime_class_name", self.runtime_class_name)
+        if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
+            raise SandboxValidationError(f"namespace {self.namespace!r} is not a valid Kubernetes name")
+        if self.image_pull_policy is not None and self.image_pull_policy not in _PULL_POLICIES:
+            raise SandboxValidationError(f"image_pull_policy must be one of {_PULL_POLICIES}")
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise SandboxValidationError("client_cert_file and client_key_file go together")
+        for name in ("insecure_skip_tls_verify", "read_only_root_filesystem", "sweep_on_close"):
+            if not isinstance(getattr(self, name), bool):
+                raise SandboxValidationError(f"{name} must be a bool")
+        for name in ("in_cluster", "host_users"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise SandboxValidationError(f"{name} must be a bool or None")
+        for name in ("qps", "request_timeout_seconds", "file_timeout_seconds", "max_retry_after_seconds"):
+            _positive(name, getattr(self, name))
+        for name in ("burst", "max_in_flight", "watch_timeout_seconds"):
+            _positive(name, getattr(self, name), integer=True)
+        for name in ("run_as_user", "run_as_group", "max_retries", "termination_grace_seconds"):
+            _positive(name, getattr(self, name), integer=True, allow_zero=True)
+        _positive("unschedulable_grace_seconds", self.unschedulable_grace_seconds, allow_zero=True)
+        if self.run_as_user == 0:
+            raise SandboxValidationError("run_as_user must not be 0: sandboxes run as non-root (runAsNonRoot)")
+        for name in ("node_selector", "labels", "annotations"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise SandboxValidationError(f"{name} must be a mapping of str to str")
+            object.__setattr__(self, name, dict(value))
+        secrets = self.image_pull_secrets
+        if isinstance(secrets, str) or not isinstance(secrets, Sequence) or not all(isinstance(s, str) for s in secrets):
+            raise SandboxValidationError("image_pull_secrets must be a sequence of secret names")
+        object.__setattr__(self, "image_pull_secrets", tuple(secrets))
+        tols = self.tolerations
+        if not isinstance(tols, Sequence) or not all(isinstance(t, Mapping) for t in tols):
+            raise SandboxValidationError("tolerations must be a sequence of mappings (Kubernetes Toleration objects)")
+        object.__setattr__(self, "tolerations", tuple(dict(t) for t in tols))
+
+    @classmethod
+    def from_kwargs(cls, options: Mapping[str, Any]) -> KubernetesOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise SandboxValidationError(f"unknown kubernetes backend option(s): {', '.join(unknown)}")
+        return cls(**options)

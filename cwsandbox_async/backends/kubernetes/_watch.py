@@ -1,0 +1,252 @@
+"""One shared watch per backend: list, then watch from the list's resourceVersion, fan out to waiters.
+
+The loop (kubernetes.md section 2): ``GET pods?labelSelector=<driver>`` gives the
+current pods and a resourceVersion; ``GET pods?watch=1&resourceVersion=<rv>&
+allowWatchBookmarks=true&timeoutSeconds=N`` then streams newline-delimited events.
+BOOKMARK events only move the resourceVersion. When a watch ends it is resumed from
+the last resourceVersion; ``410 Gone`` (as an HTTP status or an ``ERROR`` event)
+means that version is too old, so the loop lists again. Other errors back off
+(jittered, capped) and list again.
+
+Waiters (``wait_ready``) block on a per-pod event set on every change, so N pods
+starting cost one watch, not N polls. As a safety net a waiter that has heard nothing
+for ``STALE_SECONDS`` (or while the watch is down) GETs its pod once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+
+from ..._errors import SandboxTimeoutError
+from ..._log import log
+from ._client import KubeApiError, KubeClient
+from ._podstate import PodView, view
+
+__all__ = ["PodWatch"]
+
+STALE_SECONDS = 30.0
+UNHEALTHY_POLL_SECONDS = 2.0
+MAX_BACKOFF = 10.0
+LIST_LIMIT = 500
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+def pods_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+
+
+class PodWatch:
+    """Keeps ``pods`` (name -> latest Pod) current for one label selector and wakes waiters on change."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        label_selector: str,
+        *,
+        watch_timeout: int = 300,
+        on_change: Callable[[str, dict[str, Any] | None], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._namespace = namespace
+        self._selector = label_selector
+        self._watch_timeout = watch_timeout
+        self._on_change = on_change
+        self.pods: dict[str, dict[str, Any]] = {}
+        self._signals: dict[str, anyio.Event] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.healthy = False
+        self.relists = 0
+        self.watches = 0
+        self.bookmarks = 0
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        """Start the watch task once (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="cwsandbox-k8s-watch")
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:
+                    log.warning("k8s watch ended with an error", error=repr(exc))
+        self.healthy = False
+
+    # -- state -----------------------------------------------------------------
+    def observe(self, name: str, pod: dict[str, Any] | None, *, fresh: bool = True) -> None:
+        """Record ``pod`` (None: deleted). ``fresh=False`` only fills a gap (a create response)."""
+        if not fresh and name in self.pods:
+            return
+        if pod is None:
+            self.pods.pop(name, None)
+        else:
+            self.pods[name] = pod
+        ev = self._signals.pop(name, None)
+        if ev is not None:
+            ev.set()
+        if self._on_change is not None:
+            self._on_change(name, pod)
+
+    def view(self, name: str) -> PodView | None:
+        """The cached view of ``name``; None if the watch has not seen it (unknown, not necessarily gone)."""
+        pod = self.pods.get(name)
+        return view(name, pod) if pod is not None else None
+
+    async def wait_ready(self, name: str, *, timeout: float, unschedulable_grace: float) -> PodView:
+        """Wait until the pod is Ready. Raises ``SandboxCreationError`` (with the pod's reason) as soon as it
+        fails, is deleted, or stays Unschedulable past ``unschedulable_grace``; ``SandboxTimeoutError`` after
+        ``timeout`` seconds with the last state seen."""
+        deadline = time.monotonic() + timeout
+        unschedulable_since: float | None = None
+        last = PodView(name=name, exists=True)
+        quiet_since = time.monotonic()
+        while True:
+            ev = self._signals.setdefault(name, anyio.Event())
+            pod = self.pods.get(name)
+            if pod is not None:
+                last = view(name, pod)
+                if last.ready:
+                    return last
+                if last.dead:
+                    raise last.creation_error()
+                if last.unschedulable is not None:
+                    unschedulable_since = unschedulable_since or time.monotonic()
+                    if time.monotonic() - unschedulable_since >= unschedulable_grace:
+                        raise last.creation_error()
+                else:
+                    unschedulable_since = None
+            now = time.monotonic()
+            if now >= deadline:
+                raise SandboxTimeoutError(
+                    f"pod {name} not ready within {timeout:g} s: {last.describe()}", sandbox_id=name
+                )
+            wait = min(deadline - now, STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS)
+            if unschedulable_since is not None:
+                wait = min(wait, max(0.05, unschedulable_since + unschedulable_grace - now))
+            with anyio.move_on_after(wait):
+                await ev.wait()
+                quiet_since = time.monotonic()
+                continue
+            if time.monotonic() - quiet_since >= (STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS):
+                await self.refresh(name)
+                quiet_since = time.monotonic()
+
+    async def refresh(self, name: str) -> PodView:
+        """GET one pod and record it (the safety net and the error path use this)."""
+        try:
+            pod: dict[str, Any] | None = await self._client.request(
+                "GET", f"{pods_path(self._namespace)}/{quote(name, safe='')}", what=f"get pod {name}"
+            )
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            pod = None
+        self.observe(name, pod)
+        return view(name, pod)
+
+    # -- the loop --------------------------------------------------------------
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                rv = await self._relist()
+                self.healthy, failures = True, 0
+                while True:
+                    rv = await self._watch_once(rv)
+            except _Gone:
+                log.debug("k8s watch: resourceVersion too old; relisting")
+                continue
+            except (KubeApiError, SandboxTimeoutError, OSError, ValueError) as exc:
+                self.healthy = False
+                failures += 1
+                delay = min(MAX_BACKOFF, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                log.info("k8s watch failed; retrying", error=repr(exc), delay=round(delay, 2))
+                await anyio.sleep(delay)
+            except Exception as exc:  # never let the shared watch die silently
+                self.healthy = False
+                log.warning("k8s watch crashed; restarting", error=repr(exc))
+                await anyio.sleep(MAX_BACKOFF)
+
+    async def _relist(self) -> str:
+        self.relists += 1
+        seen: dict[str, dict[str, Any]] = {}
+        cont = ""
+        while True:
+            params = [("labelSelector", self._selector), ("limit", str(LIST_LIMIT))]
+            if cont:
+                params.append(("continue", cont))
+            doc = await self._client.request("GET", pods_path(self._namespace), params=params, what="list pods")
+            for pod in doc.get("items") or []:
+                seen[pod["metadata"]["name"]] = pod
+            meta = doc.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                break
+        for name in [n for n in self.pods if n not in seen]:
+            self.observe(name, None)
+        for name, pod in seen.items():
+            self.observe(name, pod)
+        return str(meta.get("resourceVersion") or "")
+
+    async def _watch_once(self, rv: str) -> str:
+        """One watch request; returns the resourceVersion to resume from. Raises ``_Gone`` on 410."""
+        self.watches += 1
+        params = [
+            ("watch", "1"),
+            ("labelSelector", self._selector),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self._watch_timeout)),
+        ]
+        if rv:
+            params.append(("resourceVersion", rv))
+        read_timeout = min(self._watch_timeout, 90) + 30.0
+        try:
+            async with self._client.stream(pods_path(self._namespace), params, read_timeout=read_timeout) as resp:
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        if line.strip():
+                            rv = self._event(json.loads(line), rv)
+        except KubeApiError as exc:
+            if exc.status == 410:
+                raise _Gone from exc
+            raise
+        except (OSError, asyncio.TimeoutError) as exc:  # aiohttp payload/socket errors: resume from rv
+            log.debug("k8s watch stream broke; resuming", error=repr(exc))
+        return rv
+
+    def _event(self, event: dict[str, Any], rv: str) -> str:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone
+            raise KubeApiError(f"watch error: {obj.get('message')}", status=obj.get("code"), reason=obj.get("reason"))
+        meta = obj.get("metadata") or {}
+        new_rv = str(meta.get("resourceVersion") or rv)
+        if kind == "BOOKMARK":
+            self.bookmarks += 1
+            return new_rv
+        name = meta.get("name")
+        if isinstance(name, str):
+            self.observe(name, None if kind == "DELETED" else obj)
+        return new_rv

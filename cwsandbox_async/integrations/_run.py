@@ -1,0 +1,39 @@
+"""Run a Python program in a sandbox with as few backend calls as possible."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._sandbox import Sandbox
+    from .._types import ExecResult
+
+__all__ = ["INLINE_SOURCE_LIMIT", "run_python"]
+
+#: Programs up to this many bytes go on the command line (``python3 -c``); larger ones are written to a file first.
+#: Linux caps one argument at 128 KiB.
+INLINE_SOURCE_LIMIT = 100_000
+
+
+async def run_python(
+    sandbox: Sandbox, source: str, *, timeout_seconds: float, python: str = "python3", cwd: str | None = None
+) -> ExecResult:
+    """Run ``source`` with the sandbox's Python and return the result (a non-zero exit is a result).
+
+    Uses the sandbox's ``run_python`` fast path when it has one, else ``python3 -c``
+    (one exec) for small programs and write-then-run (two calls) for large ones.
+    Raises what ``Sandbox.exec`` raises: ``SandboxTimeoutError`` when the program
+    runs past ``timeout_seconds`` (not an infrastructure failure; ``.result`` has
+    its output so far), ``SandboxNotRunningError``/``SandboxTransportError`` when
+    the platform fails.
+    """
+    fast = getattr(sandbox, "run_python", None)
+    if fast is not None and python == "python3" and cwd is None:
+        result: ExecResult = await fast(source, timeout_seconds=timeout_seconds)
+        return result
+    if len(source.encode("utf-8", errors="surrogatepass")) <= INLINE_SOURCE_LIMIT and "\x00" not in source:
+        return await sandbox.exec([python, "-c", source], timeout_seconds=timeout_seconds, cwd=cwd)
+    path = f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"
+    await sandbox.write_file(path, source)
+    return await sandbox.exec([python, path], timeout_seconds=timeout_seconds, cwd=cwd)

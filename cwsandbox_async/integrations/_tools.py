@@ -1,0 +1,275 @@
+"""Agent tools: OpenAI-style schemas and their execution in a sandbox, errors turned into observations.
+
+The model's mistakes (bad JSON, a missing argument, an unknown tool, a command
+that fails or runs too long, a missing file) come back as observation strings
+the agent can read and learn from. Only platform failures raise: a sandbox that
+died or a broken transport (``SandboxError`` with ``infrastructure`` True), so a
+rollout on a broken sandbox fails instead of teaching the model a fake lesson.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._errors import SandboxError, SandboxFileError, SandboxTimeoutError, SandboxValidationError
+from ._run import run_python
+
+if TYPE_CHECKING:
+    from .._sandbox import Sandbox
+    from .._types import ExecResult
+
+__all__ = [
+    "ALL_TOOLS",
+    "BASH_TOOL",
+    "CODE_TOOLS",
+    "EXECUTE_CODE_TOOL",
+    "READ_FILE_TOOL",
+    "SHELL_TOOLS",
+    "SUBMIT_SOLUTION_TOOL",
+    "WRITE_FILE_TOOL",
+    "ToolCall",
+    "ToolResult",
+    "execute_tool",
+    "parse_tool_call",
+    "run_tool",
+    "to_responses_format",
+]
+
+#: Observations longer than this keep their head and tail.
+MAX_OBSERVATION_CHARS = 8192
+#: Largest file ``read_file`` returns to the model.
+MAX_READ_BYTES = 1024 * 1024
+
+
+def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {p: {"type": "string", "description": d} for p, d in params.items()},
+                "required": list(params),
+            },
+        },
+    }
+
+
+EXECUTE_CODE_TOOL = _tool(
+    "execute_code",
+    "Run Python code in an isolated sandbox and return its output. Use it to test your solution before "
+    "submitting. Returns stdout, or the exit code and error output if it fails.",
+    code="Python code to run",
+)
+SUBMIT_SOLUTION_TOOL = _tool(
+    "submit_solution",
+    "Submit your final solution; it is run against the hidden tests. You can submit once.",
+    code="Your final Python solution",
+)
+BASH_TOOL = _tool(
+    "bash",
+    "Run a bash command in the sandbox's working directory and return its output and exit code.",
+    command="The command to run",
+)
+READ_FILE_TOOL = _tool("read_file", "Read a text file from the sandbox.", path="Path (relative to the working dir)")
+WRITE_FILE_TOOL = _tool(
+    "write_file",
+    "Create or overwrite a file in the sandbox (parent directories are created).",
+    path="Path (relative to the working dir)",
+    content="The file's full new content",
+)
+CODE_TOOLS: list[dict[str, Any]] = [EXECUTE_CODE_TOOL, SUBMIT_SOLUTION_TOOL]
+SHELL_TOOLS: list[dict[str, Any]] = [BASH_TOOL, READ_FILE_TOOL, WRITE_FILE_TOOL]
+ALL_TOOLS: list[dict[str, Any]] = [*CODE_TOOLS, *SHELL_TOOLS]
+
+
+def to_responses_format(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same tools in the OpenAI Responses API's flat, strict format."""
+    out = []
+    for tool in tools:
+        fn = tool["function"]
+        params = {**fn["parameters"], "additionalProperties": False}
+        out.append(
+            {
+                "type": "function",
+                "name": fn["name"],
+                "description": fn["description"],
+                "parameters": params,
+                "strict": True,
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call reduced to what running it needs. ``arguments`` is the raw JSON (or a dict)."""
+
+    name: str
+    arguments: str | Mapping[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What running a tool call gave: the observation for the model and what it means for the episode.
+
+    ``ok`` is False when the call was malformed or its command failed, timed out or
+    hit a file error. ``submitted`` is True for ``submit_solution``; ``passed`` tells
+    whether the submission passed its tests (None for other tools).
+    """
+
+    name: str
+    observation: str
+    ok: bool
+    submitted: bool = False
+    passed: bool | None = None
+    timed_out: bool = False
+
+
+def parse_tool_call(tool_call: Any) -> ToolCall:
+    """Accept a Chat Completions tool call (object or dict), a Responses API function call, or a ``ToolCall``.
+
+    Raises ``SandboxValidationError`` if it has no function name.
+    """
+    if isinstance(tool_call, ToolCall):
+        return tool_call
+    get = tool_call.get if isinstance(tool_call, Mapping) else lambda k, d=None: getattr(tool_call, k, d)
+    fn = get("function")
+    call_id = get("call_id") or get("id")
+    if fn is not None:
+        fget = fn.get if isinstance(fn, Mapping) else lambda k, d=None: getattr(fn, k, d)
+        name, arguments = fget("name"), fget("arguments")
+    else:
+        name, arguments = get("name"), get("arguments")
+    if not isinstance(name, str) or not name:
+        raise SandboxValidationError("tool call has no function name")
+    if arguments is None:
+        arguments = "{}"
+    if not isinstance(arguments, (str, Mapping)):
+        arguments = str(arguments)
+    return ToolCall(name=name, arguments=arguments, id=call_id if isinstance(call_id, str) else None)
+
+
+def _clip(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n...[{len(text) - limit} characters truncated]...\n{text[-half:]}"
+
+
+def _exec_observation(result: ExecResult, ok_text: str = "(no output)") -> str:
+    out, err = result.stdout.rstrip(), result.stderr.rstrip()
+    if result.returncode == 0:
+        text = out or ok_text
+        if err:
+            text += f"\n[stderr]\n{err}"
+    else:
+        status = f"killed by signal {result.signal}" if result.signal else f"exit code {result.returncode}"
+        text = f"Error ({status}):\n" + "\n".join(s for s in (out, err) if s) if (out or err) else f"Error ({status})"
+    if result.truncated:
+        text += "\n[output truncated]"
+    return _clip(text)
+
+
+def _timeout_observation(exc: SandboxTimeoutError, seconds: float) -> str:
+    text = f"Error: command timed out after {seconds:g} seconds"
+    partial = exc.result
+    if partial is not None and (partial.stdout or partial.stderr):
+        text += "\nOutput before the timeout:\n" + (partial.stdout + partial.stderr).rstrip()
+    return _clip(text)
+
+
+def _resolve(sandbox: Sandbox, path: str) -> str:
+    return path if path.startswith("/") else posixpath.join(sandbox.defaults.working_dir, path)
+
+
+async def run_tool(
+    sandbox: Sandbox,
+    tool_call: Any,
+    *,
+    tests: str | None = None,
+    timeout_seconds: float = 30.0,
+    python: str = "python3",
+) -> ToolResult:
+    """Run one tool call in ``sandbox`` and return its observation and meaning.
+
+    Tools: ``execute_code(code)``, ``submit_solution(code)`` (runs ``code`` followed
+    by ``tests``; passed when it exits 0), ``bash(command)``, ``read_file(path)``,
+    ``write_file(path, content)``. Relative paths resolve against the sandbox's
+    working directory. A command past ``timeout_seconds`` is killed and reported as
+    ``Error: command timed out after N seconds``. Raises only for platform failures
+    (an infrastructure ``SandboxError``) and cancellation.
+    """
+    try:
+        call = parse_tool_call(tool_call)
+    except SandboxValidationError as exc:
+        return ToolResult(name="", observation=f"Error: {exc.message}", ok=False)
+    name = call.name
+    if isinstance(call.arguments, Mapping):
+        args: Any = dict(call.arguments)
+    else:
+        try:
+            args = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult(name=name, observation=f"Error: invalid JSON arguments: {exc}", ok=False)
+    if not isinstance(args, dict):
+        return ToolResult(name=name, observation="Error: tool arguments must be a JSON object", ok=False)
+    spec = {t["function"]["name"]: t["function"]["parameters"]["required"] for t in ALL_TOOLS}
+    if name not in spec:
+        return ToolResult(
+            name=name, observation=f"Error: unknown tool {name!r}; available: {', '.join(spec)}", ok=False
+        )
+    for param in spec[name]:
+        if not isinstance(args.get(param), str):
+            return ToolResult(name=name, observation=f"Error: missing required string argument {param!r}", ok=False)
+    submitted = name == "submit_solution"
+    try:
+        if name in ("execute_code", "submit_solution"):
+            source = args["code"]
+            if submitted:
+                if tests is None:
+                    return ToolResult(name, "Error: this task has no tests to submit against", False, submitted=True)
+                source = f"{source}\n\n{tests}\n"
+            result = await run_python(sandbox, source, timeout_seconds=timeout_seconds, python=python)
+            if submitted:
+                passed = result.returncode == 0
+                text = "All tests passed." if passed else "Tests failed.\n" + _exec_observation(result)
+                return ToolResult(name, _clip(text), passed, submitted=True, passed=passed)
+            return ToolResult(name, _exec_observation(result), result.returncode == 0)
+        if name == "bash":
+            result = await sandbox.exec(["bash", "-c", args["command"]], timeout_seconds=timeout_seconds)
+            return ToolResult(name, _exec_observation(result), result.returncode == 0)
+        if name == "read_file":
+            data = await sandbox.read_file(_resolve(sandbox, args["path"]), max_bytes=MAX_READ_BYTES)
+            return ToolResult(name, _clip(data.decode("utf-8", errors="replace")), True)
+        path = _resolve(sandbox, args["path"])
+        content = args["content"]
+        await sandbox.write_file(path, content)
+        return ToolResult(name, f"Wrote {len(content.encode())} bytes to {path}", True)
+    except SandboxTimeoutError as exc:
+        if exc.infrastructure:
+            raise
+        return ToolResult(
+            name, _timeout_observation(exc, timeout_seconds), False, submitted=submitted,
+            passed=False if submitted else None, timed_out=True,
+        )  # fmt: skip
+    except (SandboxFileError, SandboxValidationError) as exc:
+        path = getattr(exc, "path", None) or args.get("path", "")
+        return ToolResult(name, f"Error: {name} failed for {path!r}: {exc.message}", False)
+    except SandboxError as exc:
+        if exc.infrastructure:
+            raise
+        return ToolResult(name, f"Error: {exc.message}", False, submitted=submitted)
+
+
+async def execute_tool(
+    sandbox: Sandbox, tool_call: Any, *, tests: str | None = None, timeout_seconds: float = 30.0
+) -> str:
+    """Run one tool call and return only the observation string (see ``run_tool``)."""
+    return (await run_tool(sandbox, tool_call, tests=tests, timeout_seconds=timeout_seconds)).observation

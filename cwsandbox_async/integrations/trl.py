@@ -1,0 +1,310 @@
+"""Reward functions for TRL's ``GRPOTrainer`` that score completions by running them in sandboxes.
+
+``trl`` is never imported. TRL calls a reward function as
+``f(prompts=..., completions=..., completion_ids=..., **reward_kwargs)`` where
+``reward_kwargs`` holds every other dataset column (one value per completion),
+``trainer_state``, ``log_metric`` and ``log_extra``; both forms here accept that.
+
+Per completion: the code is taken from ``<answer>...</answer>`` or a
+```` ```python ```` fence (or your ``extractor``), the dataset column named by
+``tests_column`` (a str or list of str, e.g. MBPP's ``test_list``) is appended,
+and the program runs in a fresh sandbox. The reward is
+
+- ``1.0`` if it exits 0, ``0.0`` if it exits non-zero or runs past ``timeout_seconds``;
+- ``None`` if the completion has no code, or if no verdict could be reached
+  because the platform failed (``outcome.infra_failure``: a sandbox died, the
+  backend broke, the lease or item deadline passed). TRL turns ``None`` into NaN,
+  "not applicable", so a broken sandbox is never read as a wrong answer.
+
+Each call prints ``[CWSandbox] Reward call N: X sandboxes, Y/X passed, Z skipped
+(no code)`` (``verbose=False`` silences it) and, when TRL passes ``trainer_state``,
+flushes the session's sandbox metrics at ``trainer_state.global_step``
+(``Session.log_metrics``; to W&B when a run is active or ``run=`` is given).
+
+Use ``code_reward(...)`` (async; TRL runs it on its own persistent event loop
+thread, and the Session and pool are created lazily on the first call in that
+loop and kept) or ``code_reward_sync(...)`` (for callers without a loop: one
+persistent loop thread owns the Session and pool; never ``asyncio.run`` per call).
+Both close at interpreter exit; call ``aclose()`` / ``close()`` to close earlier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from .._errors import SandboxError, SandboxValidationError
+from .._log import log
+from .._session import Session
+from .._types import SandboxDefaults
+from ._bridge import HOST_CLOSE_TIMEOUT_SECONDS, LoopThread, SessionHost, start_detached
+from ._extract import completion_text, extract_code
+from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource
+
+if TYPE_CHECKING:
+    from .._sandbox import Sandbox
+
+__all__ = [
+    "CodeReward",
+    "Extractor",
+    "RewardCallStats",
+    "SyncCodeReward",
+    "code_reward",
+    "code_reward_sync",
+    "completion_text",
+    "extract_code",
+]
+
+
+class _Base:
+    """Settings shared by both forms; builds the session host."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        extractor: Extractor | None,
+        tests_column: str | None,
+        timeout_seconds: float,
+        limit: int,
+        pool_size: int,
+        pool_max_size: int | None,
+        lease_timeout_seconds: float,
+        python: str,
+        verbose: bool,
+        defaults: SandboxDefaults | Mapping[str, Any] | None,
+        backend: Any,
+        backend_options: Mapping[str, Any] | None,
+        report_to: Sequence[str] | None,
+        run: Any,
+    ) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise SandboxValidationError(f"name must be an identifier (TRL logs rewards/<name>/mean), got {name!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
+            raise SandboxValidationError(f"pool_size must be an int >= 0, got {pool_size!r}")
+        self.__name__ = name
+        self._core = RewardCore(
+            extractor=extractor,
+            tests_column=tests_column,
+            timeout_seconds=timeout_seconds,
+            limit=limit,
+            lease_timeout_seconds=lease_timeout_seconds,
+            python=python,
+            verbose=verbose,
+        )
+        self._pool_size = pool_size
+        self._pool_max_size = pool_max_size if pool_max_size is not None else max(pool_size, limit)
+        self._session_args: dict[str, Any] = {
+            "defaults": defaults,
+            "backend": backend,
+            "backend_options": backend_options,
+            "report_to": report_to,
+            "run": run,
+            "handle_signals": False,  # the trainer owns the process's signals
+        }
+        Session(**self._session_args)  # validate now, not on the first training step
+
+    @property
+    def calls(self) -> int:
+        """How many times the function was called."""
+        return self._core.calls
+
+    @property
+    def last_stats(self) -> RewardCallStats | None:
+        """What the last call did (None before the first)."""
+        return self._core.last_stats
+
+    def _new_host(self) -> SessionHost:
+        return SessionHost(
+            lambda: Session(**self._session_args), pool_size=self._pool_size, pool_max_size=self._pool_max_size
+        )
+
+    def _source(self, host: SessionHost) -> SandboxSource:
+        lease_timeout = self._core.lease_timeout_seconds
+
+        def source() -> AbstractAsyncContextManager[Sandbox]:
+            if host.pool is not None:
+                cm: AbstractAsyncContextManager[Sandbox] = host.pool.lease(timeout_seconds=lease_timeout)
+                return cm
+            if host.session is None:
+                raise SandboxError("the reward function's session is closed")
+            return host.session.sandbox()
+
+        return source
+
+
+class CodeReward(_Base):
+    """Async reward function (see the module docstring). Create it with ``code_reward``.
+
+    Bound to the event loop of its first call: the Session and pool live in a task
+    on that loop until ``aclose()`` or interpreter exit. Calling it from another
+    loop raises ``SandboxError`` (create one per loop, or ``aclose()`` first).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._host: SessionHost | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[SessionHost] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._atexit = False
+
+    async def _ensure_host(self) -> SessionHost:
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            raise SandboxError(
+                "this reward function is bound to the event loop of its first call; "
+                "create one per loop or call aclose() first"
+            )
+        if self._ready is None or (self._ready.done() and self._ready.exception() is not None):
+            self._loop = loop
+            self._host = self._new_host()
+            self._task, self._ready = start_detached(self._host)
+            if not self._atexit:
+                ref = weakref.ref(self)
+                atexit.register(_close_at_exit, ref)
+                self._atexit = True
+        return await asyncio.shield(self._ready)
+
+    async def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]:
+        """Score ``completions``; returns one ``1.0``/``0.0``/``None`` per completion, in order."""
+        if completions is None:
+            raise SandboxValidationError("completions= is required")
+        host = await self._ensure_host()
+        return await self._core.score(self._source(host), host.session, completions, kwargs)
+
+    async def aclose(self) -> None:
+        """Close the session (stopping every sandbox) on this loop. Idempotent."""
+        host, task, self._host, self._task, self._ready, self._loop = self._host, self._task, None, None, None, None
+        if host is None or task is None:
+            return
+        host.stop()
+        if not task.done():
+            await asyncio.wait_for(asyncio.shield(task), HOST_CLOSE_TIMEOUT_SECONDS)
+
+    def close(self, timeout_seconds: float = HOST_CLOSE_TIMEOUT_SECONDS) -> None:
+        """Close from outside the loop (another thread, or atexit). A no-op if the loop has stopped."""
+        loop = self._loop
+        if loop is None or self._host is None:
+            return
+        if loop.is_closed() or not loop.is_running():
+            log.warning("reward function's loop is not running; its session cannot be closed cleanly")
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise SandboxError("close() would block the loop it needs; use 'await reward.aclose()'")
+        try:
+            asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout_seconds)
+        except Exception as exc:
+            log.warning("closing the reward function's session failed", error=repr(exc))
+
+
+class SyncCodeReward(_Base):
+    """Sync reward function (see the module docstring). Create it with ``code_reward_sync``.
+
+    The first call starts one daemon thread with a persistent event loop that owns
+    the Session and pool; every call runs there. Thread-safe. ``close()`` (or
+    interpreter exit) stops every sandbox and the thread.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._bridge: LoopThread | None = None
+        self._lock = threading.Lock()
+
+    def _ensure_bridge(self) -> LoopThread:
+        with self._lock:
+            if self._bridge is None or self._bridge.closed:
+                self._bridge = LoopThread(self._new_host(), name=f"cwsandbox-{self.__name__}")
+            return self._bridge
+
+    def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]:
+        """Score ``completions``; blocks until done. Must not be called from the bridge's own loop."""
+        if completions is None:
+            raise SandboxValidationError("completions= is required")
+        bridge = self._ensure_bridge()
+        host = bridge.host
+
+        async def run() -> list[float | None]:
+            return await self._core.score(self._source(host), host.session, completions, kwargs)
+
+        return bridge.call(run)
+
+    def close(self) -> None:
+        """Stop every sandbox and the loop thread. Idempotent; a later call starts a new one."""
+        with self._lock:
+            bridge, self._bridge = self._bridge, None
+        if bridge is not None:
+            bridge.close()
+
+
+def _close_at_exit(ref: weakref.ref[CodeReward]) -> None:
+    reward = ref()
+    if reward is not None:
+        reward.close()
+
+
+def code_reward(
+    *,
+    name: str = "sandbox_reward",
+    extractor: Extractor | None = None,
+    tests_column: str | None = None,
+    timeout_seconds: float = 10.0,
+    limit: int = 32,
+    pool_size: int = 8,
+    pool_max_size: int | None = None,
+    lease_timeout_seconds: float = 60.0,
+    python: str = "python3",
+    verbose: bool = True,
+    defaults: SandboxDefaults | Mapping[str, Any] | None = None,
+    backend: Any = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    report_to: Sequence[str] | None = None,
+    run: Any = None,
+) -> CodeReward:
+    """An async TRL reward function that runs each completion's code in a sandbox.
+
+    ``name`` is what TRL logs (``rewards/<name>/mean``). ``extractor`` maps text to
+    code (default: ``<answer>`` tags, then a python fence). ``tests_column`` names the
+    dataset column with each row's tests. ``timeout_seconds`` bounds each program;
+    ``limit`` how many run at once; ``pool_size`` sandboxes are kept warm
+    (``0``: a new sandbox per program, no pool) up to ``pool_max_size`` (default
+    ``max(pool_size, limit)``), and a lease waits at most ``lease_timeout_seconds``.
+    ``defaults``, ``backend``, ``backend_options``, ``report_to`` and ``run`` go to the
+    ``Session``. Bad settings raise ``SandboxValidationError`` here, not mid-training.
+    """
+    return CodeReward(**{k: v for k, v in locals().items()})
+
+
+def code_reward_sync(
+    *,
+    name: str = "sandbox_reward",
+    extractor: Extractor | None = None,
+    tests_column: str | None = None,
+    timeout_seconds: float = 10.0,
+    limit: int = 32,
+    pool_size: int = 8,
+    pool_max_size: int | None = None,
+    lease_timeout_seconds: float = 60.0,
+    python: str = "python3",
+    verbose: bool = True,
+    defaults: SandboxDefaults | Mapping[str, Any] | None = None,
+    backend: Any = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    report_to: Sequence[str] | None = None,
+    run: Any = None,
+) -> SyncCodeReward:
+    """The sync form of ``code_reward`` (same arguments), for callers without an event loop."""
+    return SyncCodeReward(**{k: v for k, v in locals().items()})

@@ -1,0 +1,166 @@
+"""Per-step flushing: picks the reporters, numbers the steps, never loses a window.
+
+Step rules (documented on ``Session.log_metrics``):
+
+- ``step=None`` means the last step used + 1 (0 for the first flush).
+- The close flush reports what happened since the last flush as step ``last + 1``:
+  that activity came after step ``last`` was logged, so it is the next step's, and
+  the ``cwsandbox/step`` axis stays strictly increasing. Nothing is passed as W&B's
+  ``step=``, so W&B's own step never goes backwards either.
+- After a flush for step N, ``step=N+1`` is bound in structlog's contextvars (in
+  the caller's context): library log lines from then on carry the step their
+  events will be reported under if steps are consecutive. The flush's own lines
+  carry ``step=N``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from .._errors import SandboxValidationError
+from .._log import log
+from .base import Reporter
+from .log import LogReporter
+from .wandb import WandbReporter
+
+if TYPE_CHECKING:
+    import contextvars
+    from collections.abc import Mapping
+
+    from .._metrics import MetricsAggregator
+
+__all__ = ["MetricsReporting", "resolve_reporters"]
+
+REPORTER_NAMES = ("log", "wandb")
+
+
+def resolve_reporters(report_to: str | Sequence[str | Reporter] | None, run: Any = None) -> list[Reporter]:
+    """Turn ``Session(report_to=..., run=...)`` into reporters.
+
+    ``None``: W&B if a run is active at flush time (``run`` if given, else
+    ``wandb.run``; wandb is never imported to look). ``[]``: nothing. Names:
+    ``"wandb"`` (raises ``SandboxValidationError`` if wandb is not installed),
+    ``"log"``; ``Reporter`` objects are used as they are. A ``run`` adds W&B to
+    any non-empty list. Raises ``SandboxValidationError`` for an unknown name or
+    for ``run`` together with ``report_to=[]``.
+    """
+    if report_to is None:
+        return [WandbReporter(run)]
+    items: Sequence[str | Reporter] = [report_to] if isinstance(report_to, str) else report_to
+    if isinstance(items, (bytes, bytearray)) or not isinstance(items, Sequence):
+        raise SandboxValidationError("report_to must be None, a name, or a list of names/reporters")
+    if not items and run is not None:
+        raise SandboxValidationError("run= was given but report_to=[] disables reporting")
+    reporters: list[Reporter] = []
+    names: set[str] = set()
+    for item in items:
+        if isinstance(item, str):
+            if item not in REPORTER_NAMES:
+                raise SandboxValidationError(f"unknown reporter {item!r}; expected one of {REPORTER_NAMES}")
+            if item in names:
+                continue
+            names.add(item)
+            if item == "log":
+                reporters.append(LogReporter())
+            else:
+                if run is None and importlib.util.find_spec("wandb") is None:
+                    raise SandboxValidationError(
+                        "report_to=['wandb'] needs wandb: pip install 'cwsandbox-async[wandb]'"
+                    )
+                reporters.append(WandbReporter(run, warn_without_run=True))
+        elif isinstance(item, Reporter):
+            reporters.append(item)
+        else:
+            raise SandboxValidationError(f"report_to items must be names or reporters, not {type(item).__name__}")
+    if run is not None and "wandb" not in names:
+        reporters.append(WandbReporter(run))
+    return reporters
+
+
+class MetricsReporting:
+    """The session's flush path: one lock, one step counter, the reporters."""
+
+    def __init__(self, metrics: MetricsAggregator, reporters: list[Reporter], *, quiet: bool = False) -> None:
+        self._metrics = metrics
+        self.reporters = reporters
+        self._quiet = quiet  # reporting was not asked for: an undelivered close flush is not news
+        self._lock = threading.Lock()
+        self.last_step: int | None = None
+        self._token: Mapping[str, contextvars.Token[Any]] | None = None
+
+    @classmethod
+    def from_options(
+        cls, metrics: MetricsAggregator, report_to: str | Sequence[str | Reporter] | None, run: Any
+    ) -> MetricsReporting:
+        """The session's reporting for ``Session(report_to=..., run=...)`` (see ``resolve_reporters``)."""
+        return cls(metrics, resolve_reporters(report_to, run), quiet=report_to is None and run is None)
+
+    def log(self, step: int | None, *, reset: bool = True) -> bool:
+        """Flush the window to every available reporter. True if all of them (one at least) took it.
+
+        Returns False, keeping the window, when no reporter is available or
+        nothing happened since the last flush. A reporter that raises is logged
+        as a warning and the window is kept (``reset`` undone), so its data goes
+        out with the next flush. Raises ``SandboxValidationError`` for a step that
+        is not a non-negative int.
+        """
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise SandboxValidationError(f"step must be a non-negative int, not {step!r}")
+        with self._lock:
+            if step is None:
+                step = 0 if self.last_step is None else self.last_step + 1
+            elif self.last_step is not None and step < self.last_step:
+                log.info("metrics step went backwards", step=step, last_step=self.last_step)
+            self.last_step = step
+            with structlog.contextvars.bound_contextvars(step=step):
+                delivered = self._flush(step, reset)
+        tokens = structlog.contextvars.bind_contextvars(step=step + 1)
+        if self._token is None:
+            self._token = tokens
+        return delivered
+
+    def close(self) -> None:
+        """The close flush: what is left, as step ``last + 1``. Never raises."""
+        try:
+            with self._lock:
+                snapshot = self._metrics.snapshot()
+                if snapshot.has_activity:
+                    step = 0 if self.last_step is None else self.last_step + 1
+                    with structlog.contextvars.bound_contextvars(step=step):
+                        if self._flush(step, True):
+                            self.last_step = step
+                        elif not self._quiet:
+                            log.warning("sandbox metrics of the last step were not reported", step=step)
+        except Exception as exc:  # a close must not fail because of metrics
+            log.warning("final metrics flush failed", error=repr(exc))
+        if self._token is not None:
+            # bound in another context (a thread): nothing to undo here
+            with contextlib.suppress(ValueError, RuntimeError):
+                structlog.contextvars.reset_contextvars(**self._token)
+            self._token = None
+
+    def _flush(self, step: int, reset: bool) -> bool:
+        targets = [r for r in self.reporters if r.available()]
+        if not targets:
+            return False
+        snapshot, window = self._metrics.take(reset=reset)
+        if not snapshot.has_activity:
+            if window is not None:
+                self._metrics.restore(window)
+            return False
+        ok = True
+        for reporter in targets:
+            try:
+                reporter.report(snapshot, step)
+            except Exception as exc:
+                ok = False
+                log.warning("metrics reporter failed", reporter=reporter.name, error=repr(exc))
+        if not ok and window is not None:
+            self._metrics.restore(window)
+        return ok
