@@ -24,7 +24,10 @@ from ._errors import (
 from ._feed import GatherStatistics
 from ._gather import OutcomeStream, as_completed, gather
 from ._grpo import GroupedOutcomes, gather_groups
+from ._lease import Lease
 from ._outcome import Outcome, OutcomeKind
+from ._pool import SandboxPool
+from ._pool_types import PoolState, PoolStatistics
 from ._sandbox import Process, Sandbox
 from ._session import Session
 from ._snapshot import MetricsSnapshot
@@ -47,12 +50,15 @@ __all__ = [
     "ExecResult",
     "GatherStatistics",
     "GroupedOutcomes",
+    "Lease",
     "MetricsSnapshot",
     "Outcome",
     "OutcomeKind",
     "OutcomeStream",
     "PoolClosedError",
     "PoolError",
+    "PoolState",
+    "PoolStatistics",
     "PoolTimeoutError",
     "Process",
     "ProcessResult",
@@ -66,6 +72,7 @@ __all__ = [
     "SandboxFileError",
     "SandboxInfo",
     "SandboxNotRunningError",
+    "SandboxPool",
     "SandboxStatus",
     "SandboxTerminatedError",
     "SandboxTimeoutError",

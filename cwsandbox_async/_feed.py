@@ -47,7 +47,7 @@ class Feed:
         "_lock",
         "completed",
         "error",
-        "error_sent",
+        "error_reported",
         "exhausted",
         "in_flight",
         "is_sync",
@@ -81,7 +81,7 @@ class Feed:
         self.total = len(work) if isinstance(work, Collection) else None
         self.exhausted = False
         self.error: BaseException | None = None
-        self.error_sent = False
+        self.error_reported = False
         self.pulled = 0
         self.in_flight = 0
         self.max_in_flight = 0

@@ -9,37 +9,44 @@ outcomes = await gather(work, limit=128)  # input order
 
 Shape (structured concurrency, no async generator around a task group): the
 context manager opens an anyio task group in the host task and hands back an
-``OutcomeStream`` over a memory object stream. Up to ``limit`` worker tasks each
-pull the next item from the shared input iterator, run it, and send its
-``Outcome`` into the stream; a worker pulls a new item only when its previous
-one finished, so at most ``limit`` items are in flight and the input is read
-lazily. The ``async with`` body runs in the host task; leaving it (end of the
-stream, ``break``, an exception, cancellation) cancels the workers and waits for
-them before ``async with`` returns.
+``OutcomeStream`` over a memory object stream. Up to ``limit`` worker tasks
+(``_runner``) each pull the next item from the shared input iterator, run it,
+and send its ``Outcome`` into the stream; a worker pulls a new item only when
+its previous one finished, so at most ``limit`` items are in flight and the
+input is read lazily. The ``async with`` body runs in the host task; leaving it
+(end of the stream, ``break``, an exception, cancellation) cancels the workers
+and waits for them before ``async with`` returns. ``gather`` runs the same
+workers without a stream: each outcome goes straight into its slot.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import inspect
 import sys
-import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import anyio
-import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
+from ._errors import SandboxError, SandboxValidationError
 from ._feed import Feed, FeedFailed, GatherStatistics
 from ._log import log
-from ._outcome import Outcome, OutcomeKind, classify_error
+from ._outcome import Outcome
+from ._runner import OutcomeSink, Runner
 from ._validate import validate_timeout
 
-__all__ = ["DEFAULT_LIMIT", "GatherStatistics", "OutcomeSink", "OutcomeStream", "Work", "as_completed", "gather"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "GatherStatistics",
+    "OutcomeSink",
+    "OutcomeStream",
+    "Work",
+    "WorkSource",
+    "as_completed",
+    "gather",
+]
 
 T = TypeVar("T")
 
@@ -52,12 +59,6 @@ Work: TypeAlias = "Awaitable[T] | Callable[[], Awaitable[T]]"
 WorkSource: TypeAlias = (
     "Iterable[Work[T]] | Iterable[tuple[Any, Work[T]]] | Mapping[Any, Work[T]] | AsyncIterable[Work[T]]"
 )
-
-
-class OutcomeSink(Protocol):
-    """Receives one event per outcome (``MetricsAggregator`` is one)."""
-
-    def gather_outcome(self, kind: str, duration: float) -> None: ...
 
 
 class OutcomeStream(Generic[T]):
@@ -104,103 +105,6 @@ def _validate_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
     return limit
-
-
-def _cancel_requested() -> bool:
-    """True if someone asked to cancel the current task (as opposed to the work raising CancelledError itself)."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        return True
-    return task is None or task.cancelling() > 0
-
-
-class _Runner:
-    """Runs items for the workers; holds what every worker shares (no per-item allocation beyond the outcome)."""
-
-    __slots__ = ("bar", "feed", "sink", "tg", "timeout")
-
-    def __init__(self, feed: Feed, timeout: float | None, sink: OutcomeSink | None, bar: Any) -> None:
-        self.feed = feed
-        self.timeout = timeout
-        self.sink = sink
-        self.bar = bar
-        self.tg: anyio.abc.TaskGroup | None = None
-
-    async def run_item(self, index: int, key: Any, item: Any) -> Outcome[Any]:
-        """Run one item; every ``Exception`` becomes the outcome's error. Cancellation of the worker propagates."""
-        start = time.perf_counter()
-        scope: anyio.CancelScope | None = None
-        error: BaseException
-        try:
-            aw = item() if callable(item) else item
-            if not inspect.isawaitable(aw):
-                raise SandboxValidationError(
-                    f"item {index} is not an awaitable or a zero-argument callable returning one: {aw!r:.80}"
-                )
-            if self.timeout is None:
-                value = await aw
-            else:
-                scope = anyio.CancelScope(deadline=anyio.current_time() + self.timeout)
-                with scope:
-                    value = await aw
-                if scope.cancel_called:
-                    raise SandboxTimeoutError(
-                        f"item {index} did not finish within {self.timeout:g} s", infrastructure=False
-                    )
-            return Outcome(index, key, OutcomeKind.OK, value, None, time.perf_counter() - start)
-        except asyncio.CancelledError as exc:
-            if _cancel_requested():
-                raise
-            kind, error = OutcomeKind.CANCELLED, exc  # the work was cancelled by someone else, not by us
-        except Exception as exc:
-            kind = OutcomeKind.TIMEOUT if scope is not None and scope.cancel_called else classify_error(exc)
-            error = exc
-        return Outcome(index, key, kind, None, error, time.perf_counter() - start)
-
-    async def worker(self, send: MemoryObjectSendStream[Outcome[Any] | FeedFailed]) -> None:
-        """Pull, run, send, until the input is exhausted; start one more worker after the first pull."""
-        feed = self.feed
-        with send:
-            spawned = False
-            while True:
-                pulled = feed.pull_sync() if feed.is_sync else await feed.pull_async()
-                if pulled is None:
-                    if feed.error is not None and not feed.error_sent:
-                        feed.error_sent = True
-                        await send.send(FeedFailed())
-                    return
-                index, key, item = pulled
-                if not spawned:
-                    spawned = True
-                    if feed.workers < feed.limit and not feed.exhausted:
-                        feed.workers += 1
-                        assert self.tg is not None
-                        self.tg.start_soon(self.worker, send.clone())
-                feed.started()
-                try:
-                    outcome = await self.run_item(index, key, item)
-                finally:
-                    feed.in_flight -= 1
-                feed.completed += 1
-                if self.sink is not None:
-                    self._emit(outcome)
-                if self.bar is not None:
-                    self.bar.update(1)
-                try:
-                    try:
-                        send.send_nowait(outcome)
-                    except anyio.WouldBlock:
-                        await send.send(outcome)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    return  # the consumer has gone; the block is exiting
-
-    def _emit(self, outcome: Outcome[Any]) -> None:
-        assert self.sink is not None
-        try:
-            self.sink.gather_outcome(outcome.kind, outcome.duration)
-        except Exception as exc:  # metrics must never fail the gather
-            log.warning("metrics sink failed", error=repr(exc))
 
 
 def _progress_bar(progress: bool | None, total: int | None) -> Any:
@@ -252,18 +156,13 @@ async def as_completed(
     arguments raise ``SandboxValidationError`` on entering the block; an item that
     is not awaitable becomes an ``ERROR`` outcome holding one.
     """
-    lim = _validate_limit(limit)
-    timeout = validate_timeout(timeout_seconds, "timeout_seconds", allow_none=True)
-    feed = Feed(work, lim)
-    runner = _Runner(feed, timeout, metrics, _progress_bar(progress, feed.total))
-    send, recv = anyio.create_memory_object_stream[Outcome[T] | FeedFailed](lim)
+    feed, runner = _prepare(work, limit, timeout_seconds, metrics, progress, slots=None)
+    send, recv = anyio.create_memory_object_stream[Outcome[T] | FeedFailed](feed.limit)
     body_exc: BaseException | None = None
     group_exc: BaseExceptionGroup[BaseException] | None = None
     try:
         async with anyio.create_task_group() as tg:
-            runner.tg = tg
-            feed.workers = 1
-            tg.start_soon(runner.worker, send)
+            runner.start(tg, send)
             try:
                 yield OutcomeStream(recv, feed)
             except GeneratorExit:
@@ -279,11 +178,9 @@ async def as_completed(
     finally:
         send.close()
         recv.close()
-        feed.close_unstarted()
-        if runner.bar is not None:
-            runner.bar.close()
+        _finish(runner)
     if group_exc is not None:
-        raise group_exc.exceptions[0] if len(group_exc.exceptions) == 1 else group_exc
+        raise _single(group_exc)
     if body_exc is not None:
         raise body_exc
 
@@ -298,22 +195,51 @@ async def gather(
 ) -> list[Outcome[T]]:
     """Run ``work`` like ``as_completed`` and return every outcome in input order (errors as values).
 
-    Never raises for an item's failure; raises what ``as_completed`` raises
-    (bad arguments, an exception from the input iterator, cancellation).
+    Never raises for an item's failure. Raises ``SandboxValidationError`` for bad
+    arguments; if reading the input raises, the items in flight are cancelled
+    and that exception is raised. Cancellation of the caller cancels every item,
+    waits for them and propagates; so do ``BaseException`` s raised by an item.
     """
-    total = feed_total(work)
-    outcomes: list[Outcome[T] | None] = [None] * total if total is not None else []
-    async with as_completed(
-        work, limit=limit, timeout_seconds=timeout_seconds, metrics=metrics, progress=progress
-    ) as results:
-        async for outcome in results:
-            i = outcome.index
-            if i >= len(outcomes):
-                outcomes.extend([None] * (i + 1 - len(outcomes)))
-            outcomes[i] = outcome
-    return [o for o in outcomes if o is not None]
+    slots: list[Outcome[Any] | None] = []
+    feed, runner = _prepare(work, limit, timeout_seconds, metrics, progress, slots=slots)
+    if feed.total is not None:
+        slots.extend([None] * feed.total)
+    group_exc: BaseExceptionGroup[BaseException] | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            runner.start(tg, None)
+    except BaseExceptionGroup as exc:  # a worker let a BaseException through (KeyboardInterrupt, SystemExit...)
+        group_exc = exc
+    finally:
+        _finish(runner)
+    if group_exc is not None:
+        raise _single(group_exc)
+    if feed.error is not None:
+        raise feed.error
+    return [cast(Outcome[T], o) for o in slots if o is not None]
 
 
-def feed_total(work: object) -> int | None:
-    """The number of items, if the input knows it without being read."""
-    return len(work) if isinstance(work, Collection) and not isinstance(work, (str, bytes)) else None
+def _prepare(
+    work: object,
+    limit: object,
+    timeout_seconds: object,
+    metrics: OutcomeSink | None,
+    progress: bool | None,
+    slots: list[Outcome[Any] | None] | None,
+) -> tuple[Feed, Runner]:
+    """Validate the arguments (``SandboxValidationError``) and build the feed and runner."""
+    lim = _validate_limit(limit)
+    timeout = validate_timeout(timeout_seconds, "timeout_seconds", allow_none=True)
+    feed = Feed(work, lim)
+    return feed, Runner(feed, timeout, metrics, _progress_bar(progress, feed.total), slots)
+
+
+def _finish(runner: Runner) -> None:
+    runner.feed.close_unstarted()
+    if runner.bar is not None:
+        runner.bar.close()
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """A lone exception out of its group, so ``except KeyboardInterrupt`` still works for the caller."""
+    return group.exceptions[0] if len(group.exceptions) == 1 else group

@@ -12,7 +12,8 @@ from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ._gather import DEFAULT_LIMIT, OutcomeSink, Work, as_completed
+from ._errors import SandboxValidationError
+from ._gather import DEFAULT_LIMIT, OutcomeSink, Work, gather
 from ._outcome import Outcome
 
 __all__ = ["GroupedOutcomes", "gather_groups"]
@@ -87,20 +88,12 @@ async def gather_groups(
     errors and cancellation behave as in ``gather``. Raises
     ``SandboxValidationError`` if ``groups`` is not a mapping.
     """
-    from ._errors import SandboxValidationError
-
     if not isinstance(groups, Mapping):
         raise SandboxValidationError(f"groups must be a mapping of group key to items, got {type(groups).__name__}")
-    by_group: dict[K, list[Outcome[T] | None]] = {g: [] for g in groups}
+    by_group: dict[K, list[Outcome[T]]] = {g: [] for g in groups}
     pairs = _Pairs(groups)
     work: Iterable[Any] = pairs if pairs._len is not None else iter(pairs)
-    async with as_completed(
-        work, limit=limit, timeout_seconds=timeout_seconds, metrics=metrics, progress=progress
-    ) as results:
-        async for outcome in results:
-            g, j = outcome.key
-            slots = by_group[g]
-            if j >= len(slots):
-                slots.extend([None] * (j + 1 - len(slots)))
-            slots[j] = outcome
-    return GroupedOutcomes({g: [o for o in slots if o is not None] for g, slots in by_group.items()})
+    outcomes = await gather(work, limit=limit, timeout_seconds=timeout_seconds, metrics=metrics, progress=progress)
+    for outcome in outcomes:  # input order: each group's items in order
+        by_group[outcome.key[0]].append(outcome)
+    return GroupedOutcomes(by_group)

@@ -1,20 +1,9 @@
-"""SandboxPool: pre-warmed sandboxes leased to coroutine rollouts.
-
-Accounting: every sandbox the pool owns is in exactly one place: ``idle`` (warm,
-ready), ``out`` (leased, or being health-checked or reset), a creation slot
-(``warming``, held through retries and back-off) or ``destroying``. Moves between
-them happen in synchronous steps, and a creation slot is only taken while
-``idle + out + warming + destroying < max_size``. That sum is an upper bound on what
-the backend holds for this pool, so ``max_size`` is a hard cap whatever the
-interleaving of leases, failures, retries, resizes and cancellations.
-"""
+"""SandboxPool: pre-warmed sandboxes leased to coroutine rollouts (public API; internals in ``_pool_core``)."""
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections import deque
-from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +14,14 @@ from ._errors import (
     PoolClosedError,
     PoolError,
     PoolTimeoutError,
-    SandboxError,
     SandboxValidationError,
 )
 from ._lease import Lease
 from ._log import log
-from ._pool_create import Creator, count_arg
-from ._pool_types import PoolState, PoolStatistics, check_transition
-from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
+from ._pool_core import PoolCore, ResetHook
+from ._pool_create import count_arg
+from ._pool_types import PoolState, check_transition
+from ._sandbox import STOP_TIMEOUT_SECONDS
 from ._types import SandboxStatus
 from ._validate import validate_timeout
 
@@ -41,20 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ResetHook", "SandboxPool"]
 
-#: ``async def reset(sandbox) -> None``; raising (or timing out) discards the sandbox.
-ResetHook = Callable[[Sandbox], Awaitable[None]]
-
 #: How long closing waits for background work (creations, resets, stops) after the grace period.
 CLOSE_TIMEOUT_SECONDS = 60.0
-
-
-class _Waiter:
-    __slots__ = ("error", "event", "sandbox")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.sandbox: Sandbox | None = None
-        self.error: BaseException | None = None
 
 
 def _seconds(value: object, what: str) -> float:
@@ -63,7 +40,7 @@ def _seconds(value: object, what: str) -> float:
     return out
 
 
-class SandboxPool:
+class SandboxPool(PoolCore):
     """Keeps ``size`` sandboxes warm and leases them to rollouts; never more than ``max_size`` alive.
 
     ``async with SandboxPool(session, size=64, max_size=256) as pool:`` starts warming
@@ -83,8 +60,11 @@ class SandboxPool:
       ``wait_ready`` raise ``SandboxCreationError`` instead of waiting on; the pool
       keeps trying (with a growing cool-down) and recovers on the first success.
     - ``check_on_lease`` asks the backend for the sandbox's status before handing it
-      out (a dead one is discarded and replaced unseen); ``health_check_interval_seconds``
-      also sweeps idle sandboxes periodically (``None`` turns the sweep off).
+      out (a dead one is discarded and replaced unseen). That is cheap on the bundled
+      backends (in memory on fake and local, the shared watch cache on Kubernetes; an
+      API call only while the watch is down); turn it off for a backend where a status
+      call is slow. ``health_check_interval_seconds`` also sweeps idle sandboxes
+      periodically (``None`` turns the sweep off).
     - Closing (leaving the block, ``aclose()``, or leaving the Session) refuses new
       leases, fails waiting ones with ``PoolClosedError``, lets held leases finish for
       ``close_grace_seconds``, then cancels them (their ``async with`` raises
@@ -116,58 +96,46 @@ class SandboxPool:
         close_grace_seconds: float = 10.0,
         **sandbox_overrides: Any,
     ) -> None:
-        self._size = count_arg(size, "size", 0)
-        self._max_size = count_arg(max(2 * self._size, 1) if max_size is None else max_size, "max_size", 1)
-        if self._size > self._max_size:
-            raise SandboxValidationError(f"size ({size}) must not exceed max_size ({self._max_size})")
+        size = count_arg(size, "size", 0)
+        max_size = count_arg(max(2 * size, 1) if max_size is None else max_size, "max_size", 1)
+        if size > max_size:
+            raise SandboxValidationError(f"size ({size}) must not exceed max_size ({max_size})")
         if not isinstance(reuse, bool):
             raise SandboxValidationError("reuse must be a bool")
         if reset is not None and not reuse:
             raise SandboxValidationError("a reset hook needs reuse=True (without reuse every lease is fresh)")
         if reset is not None and not callable(reset):
             raise SandboxValidationError("reset must be an async callable taking the sandbox")
-        self._session = session
-        self._defaults = session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults
-        self._reuse = reuse
-        self._reset = reset
-        self._reset_timeout = _seconds(reset_timeout_seconds, "reset_timeout_seconds")
-        self._creator = Creator(
+        super().__init__(
             session,
-            self._defaults,
-            rate=create_rate,
-            burst=create_burst,
-            attempts=create_attempts,
-            backoff=create_backoff_seconds,
-            backoff_max=create_backoff_max_seconds,
-            max_failures=max_consecutive_failures,
-            keep_going=self._keep_creating,
-            on_failing=lambda: self._fail_waiters(self._creator.failing_error),
+            session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults,
+            size=size,
+            max_size=max_size,
+            reuse=reuse,
+            reset=reset,
+            reset_timeout=_seconds(reset_timeout_seconds, "reset_timeout_seconds"),
+            check_on_lease=bool(check_on_lease),
+            health_interval=validate_timeout(
+                health_check_interval_seconds, "health_check_interval_seconds", allow_none=True
+            ),
+            creator_options={
+                "rate": create_rate,
+                "burst": create_burst,
+                "attempts": create_attempts,
+                "backoff": create_backoff_seconds,
+                "backoff_max": create_backoff_max_seconds,
+                "max_failures": max_consecutive_failures,
+            },
         )
         self._lease_timeout = _seconds(lease_timeout_seconds, "lease_timeout_seconds")
         self._hold_timeout = validate_timeout(hold_timeout_seconds, "hold_timeout_seconds", allow_none=True)
-        self._check_on_lease = bool(check_on_lease)
-        self._health_interval = validate_timeout(
-            health_check_interval_seconds, "health_check_interval_seconds", allow_none=True
-        )
         if isinstance(close_grace_seconds, bool) or not isinstance(close_grace_seconds, (int, float)):
             raise SandboxValidationError("close_grace_seconds must be a number of seconds")
         if not math.isfinite(close_grace_seconds) or close_grace_seconds < 0:
             raise SandboxValidationError(f"close_grace_seconds must be >= 0, got {close_grace_seconds!r}")
         self._grace = float(close_grace_seconds)
-
         self.pool_id = f"pool-{uuid.uuid4().hex[:8]}"
-        self._state = PoolState.NEW
-        self._idle: deque[Sandbox] = deque()
-        self._out: set[Sandbox] = set()
-        self._waiters: deque[_Waiter] = deque()
-        self._leases: set[Lease] = set()
-        self._warming = 0
-        self._destroying = 0
-        self._destroyed = self._warm_hits = self._cold_waits = self._timeouts = self._discarded = self._max_alive = 0
-        self._timer_pending = False
-        self._changed = anyio.Event()
         self._host_tg: TaskGroup | None = None
-        self._tg: TaskGroup | None = None
         self._bg_scope: anyio.CancelScope | None = None
         self._bg_done = anyio.Event()
         self._closed = anyio.Event()
@@ -191,37 +159,12 @@ class SandboxPool:
     def reuse(self) -> bool:
         return self._reuse
 
-    def statistics(self) -> PoolStatistics:
-        """A frozen snapshot of the pool's gauges and counters."""
-        return PoolStatistics(
-            state=self._state,
-            size=self._size,
-            max_size=self._max_size,
-            idle=len(self._idle),
-            leased=len(self._out),
-            warming=self._warming,
-            waiting=len(self._waiters),
-            destroying=self._destroying,
-            created=self._creator.created,
-            destroyed=self._destroyed,
-            failures=self._creator.failures,
-            retries=self._creator.retries,
-            warm_hits=self._warm_hits,
-            cold_waits=self._cold_waits,
-            timeouts=self._timeouts,
-            discarded=self._discarded,
-            max_alive=self._max_alive,
-        )
-
     def __repr__(self) -> str:
         s = self.statistics()
         return (
             f"<SandboxPool {s.state.value} size={s.size} max_size={s.max_size} "
             f"idle={s.idle} leased={s.leased} warming={s.warming} waiting={s.waiting}>"
         )
-
-    def _alive(self) -> int:
-        return len(self._idle) + len(self._out) + self._warming + self._destroying
 
     def _transition(self, target: PoolState) -> None:
         check_transition(self._state, target)
@@ -322,149 +265,6 @@ class SandboxPool:
                 for sb in victims:
                     tg.start_soon(self._destroy, sb)
 
-    async def _until(self, done: Callable[[], bool]) -> None:
-        while True:
-            changed = self._changed
-            if done():
-                return
-            await changed.wait()
-
-    # -- state changes ---------------------------------------------------------
-    def _update(self) -> None:
-        """Called after every change: refill, publish gauges, wake whoever waits on a condition."""
-        self._fill()
-        self._max_alive = max(self._max_alive, self._alive())
-        self._session.metrics.pool_gauges(
-            idle=len(self._idle), leased=len(self._out), warming=self._warming, pool_id=self.pool_id
-        )
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
-
-    def _fill(self) -> None:
-        """Start creations for the idle target plus queued leases, within ``max_size``."""
-        tg = self._tg
-        if self._state is not PoolState.OPEN or tg is None:
-            return
-        wanted = self._size + len(self._waiters) - len(self._idle) - self._warming
-        n = min(wanted, self._max_size - self._alive())
-        if n <= 0:
-            return
-        if anyio.current_time() < self._creator.cooling_until:
-            if not self._timer_pending:
-                self._timer_pending = True
-                tg.start_soon(self._wake_at, self._creator.cooling_until, name="pool cool-down")
-            return
-        for _ in range(n):
-            self._warming += 1
-            tg.start_soon(self._warm, name="pool warm")
-
-    async def _wake_at(self, when: float) -> None:
-        try:
-            await anyio.sleep_until(when)
-        finally:
-            self._timer_pending = False
-        self._update()
-
-    def _deliver(self, sb: Sandbox, *, front: bool = False) -> None:
-        """Place a ready sandbox that is in no set yet: first waiter, else idle, else destroy it."""
-        if self._state is not PoolState.OPEN or sb.status.is_terminal:
-            self._discard_soon(sb)
-            return
-        if self._waiters:
-            waiter = self._waiters.popleft()
-            waiter.sandbox = sb
-            self._out.add(sb)
-            waiter.event.set()
-        elif len(self._idle) < self._size and self._alive() < self._max_size:
-            if front:
-                self._idle.appendleft(sb)
-            else:
-                self._idle.append(sb)
-        else:
-            self._discard_soon(sb)
-
-    def _discard_soon(self, sb: Sandbox) -> None:
-        """Destroy a sandbox that is in no set, in the background (slot held until it is gone)."""
-        if sb.status is SandboxStatus.COMPLETED:  # already stopped (by close, or by its user)
-            return
-        if self._tg is None:  # background gone (closing): _destroy_remaining takes idle sandboxes
-            self._idle.append(sb)
-            return
-        self._destroying += 1
-        self._tg.start_soon(self._destroy, sb, name="pool destroy")
-
-    async def _discard(self, sb: Sandbox) -> None:
-        if self._tg is not None:
-            self._discard_soon(sb)
-            self._update()
-            return
-        self._destroying += 1
-        self._update()
-        await self._destroy(sb)
-
-    async def _destroy(self, sb: Sandbox) -> None:
-        """Stop one sandbox (shielded, bounded by the stop deadline); then free its slot."""
-        with anyio.CancelScope(shield=True):
-            counted = sb.status is not SandboxStatus.COMPLETED
-            try:
-                await sb.stop()
-            except SandboxError:  # logged by stop(); one more try through the session
-                await self._session._destroy_quietly(sb.sandbox_id)
-            finally:
-                self._destroying -= 1
-                if counted:
-                    self._destroyed += 1
-                self._update()
-
-    def _fail_waiters(self, make_error: Callable[[], BaseException]) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            waiter.error = make_error()
-            waiter.event.set()
-
-    # -- creating ----------------------------------------------------------------
-    async def _warm(self) -> None:
-        sb: Sandbox | None = None
-        try:
-            sb = await self._creator.create()
-        except Exception:
-            pass  # counted and logged by the creator; the pool cools down and tries again
-        finally:
-            self._warming -= 1
-            if sb is not None:
-                self._deliver(sb)
-            self._update()
-
-    def _keep_creating(self) -> bool:
-        from ._session import SessionState
-
-        return self._state is PoolState.OPEN and self._session.state is SessionState.OPEN
-
-    # -- health ------------------------------------------------------------------
-    async def _probe(self, sb: Sandbox) -> bool:
-        """Whether the backend still reports the sandbox alive (a failed status call counts as dead)."""
-        if sb.status.is_terminal:
-            return False
-        try:
-            return not (await sb.refresh_status()).is_terminal
-        except SandboxError:
-            return False
-
-    def _drop_dead(self, sb: Sandbox) -> None:
-        self._discarded += 1
-        log.info("discarding a dead idle sandbox", sandbox_id=sb.sandbox_id)
-        self._discard_soon(sb)
-        self._update()
-
-    async def _health_loop(self) -> None:
-        assert self._health_interval is not None
-        while True:
-            await anyio.sleep(self._health_interval)
-            for sb in list(self._idle):
-                if sb in self._idle and not await self._probe(sb) and sb in self._idle:
-                    self._idle.remove(sb)
-                    self._drop_dead(sb)
-
     # -- leasing -----------------------------------------------------------------
     def lease(self, timeout_seconds: float | None = None, *, hold_timeout_seconds: float | None = None) -> Lease:
         """``async with pool.lease() as sb:`` a ready sandbox, released when the block exits.
@@ -485,118 +285,6 @@ class SandboxPool:
         timeout = self._lease_timeout if timeout_seconds is None else _seconds(timeout_seconds, "timeout_seconds")
         hold = validate_timeout(hold_timeout_seconds, "hold_timeout_seconds", allow_none=True)
         return Lease(self, timeout, self._hold_timeout if hold is None else hold)
-
-    def _check_can_lease(self) -> None:
-        if self._state is PoolState.NEW:
-            raise PoolError("the pool is not open; use 'async with SandboxPool(...)'")
-        if self._state is not PoolState.OPEN:
-            raise PoolClosedError("cannot lease from a closed pool")
-
-    async def _acquire(self, timeout_seconds: float) -> tuple[Sandbox, bool]:
-        """A checked, running sandbox and whether it was warm (idle at once). Raises as ``lease()`` says."""
-        self._check_can_lease()
-        warm, front = True, False
-        with anyio.move_on_after(timeout_seconds):
-            while True:
-                self._check_can_lease()
-                if self._idle:
-                    sb = self._idle.popleft()
-                    self._out.add(sb)
-                    self._update()
-                else:
-                    warm = False
-                    sb = await self._wait_for_sandbox(front)
-                if await self._check(sb):
-                    if self._state is PoolState.OPEN:
-                        if warm:
-                            self._warm_hits += 1
-                        else:
-                            self._cold_waits += 1
-                        return sb, warm
-                    self._out.discard(sb)
-                    await self._discard(sb)
-                    raise PoolClosedError("cannot lease from a closed pool")
-                front = True  # it was our turn: keep it after a dead sandbox
-        self._timeouts += 1
-        stats = self.statistics()
-        err = PoolTimeoutError(
-            f"no sandbox could be leased within {timeout_seconds:g} s (idle={stats.idle}, leased={stats.leased}, "
-            f"warming={stats.warming}, waiting={stats.waiting}, max_size={stats.max_size})"
-        )
-        cause = self._creator.last_error if self._creator.consecutive_failures else None
-        raise err from cause
-
-    async def _wait_for_sandbox(self, front: bool) -> Sandbox:
-        waiter = _Waiter()
-        if front:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
-        self._update()
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            if waiter.sandbox is not None:  # handed to us just as we were cancelled: pass it on
-                self._out.discard(waiter.sandbox)
-                self._deliver(waiter.sandbox, front=True)
-            elif waiter in self._waiters:
-                self._waiters.remove(waiter)
-            self._update()
-            raise
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.sandbox is not None
-        return waiter.sandbox
-
-    async def _check(self, sb: Sandbox) -> bool:
-        """Health-check a sandbox taken for a lease (it is in ``out``); a dead one is discarded."""
-        try:
-            ok = await self._probe(sb) if self._check_on_lease else not sb.status.is_terminal
-        except BaseException:  # cancelled mid-check: it goes back, unharmed
-            self._out.discard(sb)
-            self._deliver(sb, front=True)
-            self._update()
-            raise
-        if not ok:
-            self._out.discard(sb)
-            self._drop_dead(sb)
-        return ok
-
-    async def _release(self, sb: Sandbox, *, clean: bool) -> None:
-        """Give a leased sandbox back: destroy it, or (reuse, clean exit) reset it and return it."""
-        if sb not in self._out:  # the pool already destroyed it (close deadline)
-            self._update()
-            return
-        if clean and self._reuse and self._state is PoolState.OPEN and not sb.status.is_terminal:
-            if self._reset is None:
-                self._out.discard(sb)
-                self._deliver(sb)
-                self._update()
-                return
-            if self._tg is not None:
-                self._tg.start_soon(self._recycle, sb, name="pool reset")
-                return
-        self._out.discard(sb)
-        await self._discard(sb)
-
-    async def _recycle(self, sb: Sandbox) -> None:
-        """Run the reset hook (bounded); return the sandbox on success, discard it otherwise."""
-        assert self._reset is not None
-        ok = False
-        try:
-            with anyio.fail_after(self._reset_timeout):
-                await self._reset(sb)
-            ok = not sb.status.is_terminal
-        except Exception as exc:
-            self._discarded += 1
-            log.warning("sandbox reset failed; discarding it", sandbox_id=sb.sandbox_id, error=repr(exc))
-        finally:
-            self._out.discard(sb)
-            if ok:
-                self._deliver(sb)
-            else:
-                self._discard_soon(sb)
-            self._update()
 
     # -- sizing ------------------------------------------------------------------
     async def wait_ready(self, timeout_seconds: float | None = None) -> None:

@@ -172,6 +172,33 @@ class Sandbox:
         req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes)
         return await self._run(req, check, None)
 
+    async def run_python(
+        self,
+        source: str,
+        *,
+        timeout_seconds: float | None = None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run Python source, as ``exec(["python3", "-c", source])`` would, on the fastest path the backend has.
+
+        The local backend forks its agent's warm interpreter instead of starting a
+        new one (about 40 times cheaper than ``python3 -c``); other backends run
+        ``python3 -c``. Differences from a fresh ``python3 -c`` on the fast path:
+        modules the agent preloaded (``typing``, ``math``, ``re``, ``collections`` ...
+        see ``LocalBackend(preload=...)``) are already in ``sys.modules``, the
+        interpreter ran with ``-I`` (no ``PYTHON*`` variables, no user site), and
+        ``sys.argv`` is ``["-c"]``. The exit code is 0, the ``SystemExit`` code, or 1
+        after an uncaught exception (its traceback on stderr). Timeout, output cap,
+        ``check``, ``exec_stats`` and metrics behave exactly as for ``exec``; the
+        result's ``command`` is ``("python3", "-c", source)``.
+        """
+        req = self._request(["python3", "-c", source], timeout_seconds, cwd, env, stdin, max_output_bytes)
+        return await self._run(req, check, None, python=True)
+
     def process(
         self,
         command: str | Sequence[str],
@@ -194,10 +221,14 @@ class Sandbox:
         req: ExecRequest,
         check: bool,
         on_output: Callable[[StreamName, bytes], object] | None,
+        *,
+        python: bool = False,
     ) -> ExecResult:
         self._exec_count += 1
 
         async def call() -> ExecExit:
+            if python:
+                return await self._backend.run_python(self._id, req.argv[2], req, on_output)  # type: ignore[arg-type]
             return await self._backend.exec(self._id, req, on_output)  # type: ignore[arg-type]
 
         start = time.monotonic()

@@ -155,7 +155,10 @@ class Session:
         self._remove_sigterm()
         self._state = SessionState.CLOSED
         if self._ctx_token is not None:
-            structlog.contextvars.reset_contextvars(**self._ctx_token)
+            # Closed from another task than the one that opened it: the tokens belong to that
+            # task's context and cannot be reset here; that context ends with its task anyway.
+            with contextlib.suppress(ValueError):
+                structlog.contextvars.reset_contextvars(**self._ctx_token)
             self._ctx_token = None
         log.debug("session closed")
 

@@ -35,6 +35,10 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _no_nul(value: str, what: str) -> None:
     if "\x00" in value:
         raise SandboxValidationError(f"{what} contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SandboxValidationError(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
 
 
 def validate_timeout(value: object, what: str = "timeout_seconds", *, allow_none: bool = False) -> float | None:
@@ -154,7 +158,10 @@ def validate_exec(
 
 def validate_file_data(data: object, path: str) -> bytes:
     if isinstance(data, str):
-        data = data.encode()
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SandboxValidationError(f"data for {path} is not valid Unicode (a lone surrogate)") from None
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SandboxValidationError(f"data for {path} must be bytes or str, got {type(data).__name__}")
     if len(data) > MAX_FILE_BYTES:

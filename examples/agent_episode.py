@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import anyio
 
 import cwsandbox_async as cwa
-from cwsandbox_async.integrations.art import SHELL_TOOLS, ToolCall, run_tool, sandbox_rollout
+from cwsandbox_async.integrations.art import SHELL_TOOLS, parse_tool_call, run_tool, sandbox_rollout, tool_message
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,9 @@ class Episode:
 
 
 class Policy(Protocol):
-    async def act(self, messages: list[dict[str, Any]]) -> list[ToolCall]: ...
+    """Returns the next assistant message (OpenAI chat format); no ``tool_calls`` ends the episode."""
+
+    async def act(self, messages: list[dict[str, Any]]) -> dict[str, Any]: ...
 
 
 class ScriptedPolicy:
@@ -94,7 +96,7 @@ class ScriptedPolicy:
     def __init__(self) -> None:
         self.turn = 0
 
-    async def act(self, messages: list[dict[str, Any]]) -> list[ToolCall]:
+    async def act(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         self.turn += 1
         last = str(messages[-1].get("content", "")) if messages[-1]["role"] == "tool" else ""
         seen = "\n".join(str(m.get("content", "")) for m in messages if m["role"] == "tool")
@@ -112,8 +114,13 @@ class ScriptedPolicy:
         elif "Wrote" in last:
             name, args = "bash", {"command": "python3 test_calc.py"}
         else:
-            return []  # done: tests pass, or nothing more to try
-        return [ToolCall(name=name, arguments=json.dumps(args), id=f"call_{self.turn}")]
+            return {"role": "assistant", "content": "Done."}  # tests pass, or nothing more to try
+        call = {
+            "id": f"call_{self.turn}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 class OpenAIPolicy:
@@ -125,21 +132,15 @@ class OpenAIPolicy:
         self.client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "not-needed"))
         self.model = model
 
-    async def act(self, messages: list[dict[str, Any]]) -> list[ToolCall]:
-        resp = await self.client.chat.completions.create(
-            model=self.model,
-            messages=messages,  # type: ignore[arg-type]
-            tools=SHELL_TOOLS,  # type: ignore[arg-type]
-        )
-        msg = resp.choices[0].message
-        messages.append(msg.model_dump(exclude_none=True))
-        return [
-            ToolCall(name=c.function.name, arguments=c.function.arguments, id=c.id)  # type: ignore[union-attr]
-            for c in msg.tool_calls or []
-        ]
+    async def act(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        resp = await self.client.chat.completions.create(model=self.model, messages=messages, tools=SHELL_TOOLS)
+        message: dict[str, Any] = resp.choices[0].message.model_dump(exclude_none=True)
+        return message
 
 
-async def play(sb: cwa.Sandbox, task: Task, policy: Policy, ep: Episode, *, max_turns: int, tool_timeout: float) -> None:
+async def play(
+    sb: cwa.Sandbox, task: Task, policy: Policy, ep: Episode, *, max_turns: int, tool_timeout: float
+) -> None:
     for path, content in {**task.files, task.test_file: TESTS[task.name]}.items():
         await sb.write_file(f"/workspace/{path}", content)
     ep.messages += [
@@ -147,24 +148,15 @@ async def play(sb: cwa.Sandbox, task: Task, policy: Policy, ep: Episode, *, max_
         {"role": "user", "content": task.instruction},
     ]
     for _ in range(max_turns):
-        calls = await policy.act(ep.messages)
-        if not calls:
+        message = await policy.act(ep.messages)
+        ep.messages.append(message)
+        if not message.get("tool_calls"):
             break
-        if isinstance(policy, ScriptedPolicy):
-            ep.messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                        for c in calls
-                    ],
-                }
-            )
-        for call in calls:
-            result = await run_tool(sb, call, timeout_seconds=tool_timeout)
+        for raw in message["tool_calls"]:
+            call = parse_tool_call(raw)
+            result = await run_tool(sb, call, timeout_seconds=tool_timeout)  # never raises for the agent's mistakes
             ep.observations.append(result.observation)
-            ep.messages.append({"role": "tool", "tool_call_id": call.id, "content": result.observation})
+            ep.messages.append(tool_message(call, result.observation))
             first = result.observation.splitlines()[0] if result.observation else ""
             print(f"  [{task.name}] {call.name}({call.arguments}) -> {first[:100]}", flush=True)
     # Grade: restore the test file, then run the test command.
@@ -211,7 +203,7 @@ async def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=textwrap.dedent(__doc__ or "").splitlines()[0])
-    parser.add_argument("--backend", default="local", choices=["local", "kubernetes", "fake"])
+    parser.add_argument("--backend", default="local", choices=["local", "kubernetes"])
     parser.add_argument("--task", default="all", choices=["all", *(t.name for t in TASKS)])
     parser.add_argument("--policy", default="scripted", choices=["scripted", "openai"])
     parser.add_argument("--model", default="gpt-4.1-mini")

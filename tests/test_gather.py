@@ -336,6 +336,10 @@ async def test_an_input_that_raises_is_raised_from_the_iteration() -> None:
     with pytest.raises(LookupError, match="ran dry"):
         await consume()
     assert log == ["cancelled"]
+    start = time.monotonic()
+    with pytest.raises(LookupError, match="ran dry"):
+        await cwa.gather(broken())
+    assert log == ["cancelled"] * 2 and time.monotonic() - start < 10
 
 
 @pytest.mark.parametrize(
@@ -379,10 +383,13 @@ async def test_metrics_and_progress_see_every_outcome(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == ""
 
 
-async def test_session_metrics_accept_gather_outcomes() -> None:
+async def test_session_metrics_count_gather_outcomes() -> None:
+    async def boom() -> None:
+        raise RuntimeError
+
     async with cwa.Session(backend=FakeBackend()) as s:
-        outcomes = await cwa.gather([sleeper(0.0, 1)], metrics=s.metrics)
-    assert outcomes[0].ok
+        await cwa.gather([sleeper(0.0, 1), boom, sleeper(0.0, 2)], metrics=s.metrics)
+        assert dict(s.metrics.snapshot().gather) == {"ok": 2, "error": 1}
 
 
 # -- real sandboxes ----------------------------------------------------------------------

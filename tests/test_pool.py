@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -20,26 +21,28 @@ import pytest
 from cwsandbox_async import (
     PoolClosedError,
     PoolError,
+    PoolState,
+    PoolStatistics,
     PoolTimeoutError,
     SandboxBackendUnavailableError,
     SandboxCreationError,
+    SandboxPool,
     SandboxStatus,
     SandboxTimeoutError,
     SandboxValidationError,
     Session,
 )
 from cwsandbox_async._metrics import MetricsAggregator
-from cwsandbox_async._pool import SandboxPool
-from cwsandbox_async._pool_types import PoolState, PoolStatistics
 from cwsandbox_async._ratelimit import TokenBucket
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
 FAST = {"create_backoff_seconds": 0.01, "create_backoff_max_seconds": 0.05}
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while not cond():
+async def wait_until(cond: Callable[[], bool], within: float = 5.0) -> None:
+    """Poll ``cond`` (state owned by the pool or backend, which offer no event for it)."""
+    with anyio.fail_after(within):
+        while not cond():  # noqa: ASYNC110 - polling is the point
             await anyio.sleep(0.002)
 
 
@@ -52,11 +55,31 @@ async def own_live(session: Session) -> int:
     return sum(1 for info in await session.backend.list() if info.session_id == session.session_id)
 
 
+def descendant_pids() -> set[int]:
+    """Live (non-zombie) processes descending from this one, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
 # -- backends ----------------------------------------------------------------------
 
 
 @pytest.fixture(params=["fake", "local"])
-async def backend_name(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+async def backend_name(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     if name == "local":
         try:
@@ -64,7 +87,7 @@ async def backend_name(request: pytest.FixtureRequest) -> AsyncIterator[str]:
                 pass
         except SandboxBackendUnavailableError as exc:
             pytest.skip(f"local backend not available: {exc}")
-    yield name
+    return name
 
 
 def make_backend(name: str, **fake_kw: object) -> FakeBackend | str:
@@ -214,6 +237,19 @@ async def test_cancelled_lease_body_destroys_sandbox() -> None:
         assert sb.status is SandboxStatus.COMPLETED
 
 
+@pytest.mark.parametrize("reuse", [False, True])
+async def test_sandbox_stopped_by_its_user_is_released_once(reuse: bool) -> None:
+    be = FakeBackend(seed=1)
+    async with Session(backend=be) as s, SandboxPool(s, size=1, reuse=reuse) as pool:
+        async with pool.lease() as sb:
+            await sb.stop()
+        async with pool.lease() as sb2:
+            assert sb2 is not sb and (await sb2.exec(["true"])).ok
+    stats = pool.statistics()
+    assert stats.created == stats.destroyed
+    assert be.live == 0
+
+
 async def test_fifo_order_of_waiters() -> None:
     be = FakeBackend(seed=2, create_latency=Latency.constant(0.002))
     order: list[int] = []
@@ -247,7 +283,7 @@ async def test_lease_deadline_raises_in_time() -> None:
         tasks0 = tasks_now()
         async with SandboxPool(s, size=0, max_size=1) as pool:
             start = time.monotonic()
-            with pytest.raises(PoolTimeoutError, match="within 0.2 s"):
+            with pytest.raises(PoolTimeoutError, match=r"within 0\.2 s"):
                 async with pool.lease(timeout_seconds=0.2):
                     pass
             elapsed = time.monotonic() - start
@@ -281,7 +317,7 @@ async def test_sandbox_handed_to_a_waiter_cancelled_at_that_instant_is_not_lost(
     """
     be = FakeBackend(seed=3)
     got = []
-    async with Session(backend=be) as s, SandboxPool(s, size=0, max_size=1, reuse=True) as pool:
+    async with Session(backend=be) as s, SandboxPool(s, size=1, max_size=1, reuse=True) as pool:
         scope = anyio.CancelScope()
 
         async def waiter() -> None:
@@ -312,6 +348,30 @@ async def test_sandbox_handed_to_a_waiter_cancelled_at_that_instant_is_not_lost(
             assert sb3 is sb1
             assert (await sb3.exec(["true"])).ok
         assert be.created == 1
+    assert be.live == 0
+
+
+class SlowStatusBackend(FakeBackend):
+    """A status call that takes time, as it does on a real backend."""
+
+    async def status(self, sandbox_id: str) -> SandboxStatus:
+        await anyio.sleep(0.2)
+        return await super().status(sandbox_id)
+
+
+async def test_lease_cancelled_during_its_health_check_returns_the_sandbox() -> None:
+    be = SlowStatusBackend(seed=4)
+    async with Session(backend=be) as s, SandboxPool(s, size=1, max_size=1) as pool:
+        await pool.wait_ready(timeout_seconds=5)
+        with anyio.move_on_after(0.05) as scope:
+            async with pool.lease():
+                pytest.fail("the health check takes 0.2 s")
+        assert scope.cancelled_caught
+        stats = pool.statistics()
+        assert (stats.idle, stats.leased, stats.destroying) == (1, 0, 0)
+        async with pool.lease(timeout_seconds=5) as sb:
+            assert (await sb.exec(["true"])).ok
+        assert be.created == 1  # the same sandbox, not a replacement
     assert be.live == 0
 
 
@@ -572,10 +632,10 @@ async def test_close_lets_leases_finish_within_grace() -> None:
     assert be.live == 0
 
 
-async def test_close_cancels_leases_after_grace_and_fails_waiters() -> None:
-    be = FakeBackend(seed=16)
+async def test_close_cancels_leases_after_grace_and_fails_waiters(backend_name: str) -> None:
     errors: list[BaseException] = []
-    async with Session(backend=be) as s:
+    procs0 = descendant_pids()
+    async with Session(backend=make_backend(backend_name)) as s:
         tasks0 = tasks_now()
         async with SandboxPool(s, size=1, max_size=1, close_grace_seconds=0.1) as pool:
             entered = anyio.Event()
@@ -599,14 +659,15 @@ async def test_close_cancels_leases_after_grace_and_fails_waiters() -> None:
                 tg.start_soon(holder)
                 await entered.wait()
                 tg.start_soon(waiter)
-                await wait_until(lambda: pool.statistics().waiting == 1)
+                await wait_until(lambda: pool.statistics().waiting == 1, 30)
                 start = time.monotonic()
                 await pool.aclose()
-                assert time.monotonic() - start < 5
+                assert time.monotonic() - start < 10
         messages = sorted(str(e) for e in errors)
         assert messages == ["cannot lease from a closed pool", "the pool closed while this lease was held"]
-        assert be.live == 0 and s.sandboxes == []
+        assert await own_live(s) == 0 and s.sandboxes == []
         assert tasks_now() == tasks0
+    await wait_until(lambda: descendant_pids() <= procs0, 10)  # no sandbox process left behind
 
 
 async def test_leaving_the_session_closes_its_pools() -> None:

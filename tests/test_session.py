@@ -212,3 +212,12 @@ async def test_session_from_mapping_and_bad_backend() -> None:
         assert s.defaults.tags == ("a",)
     with pytest.raises(cwa.SandboxValidationError):
         await cwa.Session(backend="nope").open()
+
+
+async def test_session_opened_and_closed_in_different_tasks() -> None:
+    s = session()
+    await asyncio.get_running_loop().create_task(s.open())
+    await s.sandbox()
+    await asyncio.get_running_loop().create_task(s.aclose())
+    assert s.state.value == "closed"
+    assert s.sandboxes == []

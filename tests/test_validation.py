@@ -108,3 +108,16 @@ def test_defaults_constructor_validates() -> None:
 def test_validation_error_is_a_value_error() -> None:
     assert issubclass(cwa.SandboxValidationError, ValueError)
     assert issubclass(cwa.SandboxValidationError, cwa.SandboxError)
+
+
+async def test_lone_surrogates_are_validation_errors() -> None:
+    async with cwa.Session(backend="fake") as s:
+        sb = await s.sandbox()
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.exec(["echo", "\ud800"])
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.exec("echo \ud800")
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.write_file("/workspace/x", "\ud800")
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.exec(["echo"], env={"A": "\udfff"})

@@ -29,6 +29,7 @@ Rules every implementation follows (``cwsandbox_async.testing.contract`` checks 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
@@ -57,6 +58,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         """Run one command to completion (or timeout), streaming output to ``on_output`` if given."""
+
+    async def run_python(
+        self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
+    ) -> ExecExit:
+        """Run Python ``source`` with ``request``'s cwd, env, stdin, timeout and output cap.
+
+        The default runs ``("python3", "-c", source)`` through ``exec`` (``request.argv``
+        is ignored). A backend with a warm interpreter (the local agent) overrides it
+        with something faster that keeps the same results: exit code 0, the
+        ``SystemExit`` code, or 1 after an uncaught exception.
+        """
+        return await self.exec(sandbox_id, dataclasses.replace(request, argv=("python3", "-c", source)), on_output)
 
     @abc.abstractmethod
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:

@@ -32,6 +32,7 @@ import anyio.from_thread
 
 from .._errors import SandboxError
 from .._log import log
+from .._pool import SandboxPool
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -67,7 +68,7 @@ class SessionHost:
         self._pool_max_size = pool_max_size
         self._pool_options = dict(pool_options or {})
         self.session: Session | None = None
-        self.pool: Any = None  # SandboxPool; typed loosely so this module imports without it
+        self.pool: SandboxPool | None = None
         self._stop: anyio.Event | None = None
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[SessionHost] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -76,11 +77,7 @@ class SessionHost:
             session = await stack.enter_async_context(self._make_session())
             self.session = session
             if self._pool_size > 0:
-                from .. import _pool
-
-                pool = _pool.SandboxPool(
-                    session, size=self._pool_size, max_size=self._pool_max_size, **self._pool_options
-                )
+                pool = SandboxPool(session, size=self._pool_size, max_size=self._pool_max_size, **self._pool_options)
                 self.pool = await stack.enter_async_context(pool)
             task_status.started(self)
             try:

@@ -7,10 +7,19 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["completion_text", "extract_code"]
+__all__ = ["clean_text", "completion_text", "extract_code"]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates (which cannot be encoded as UTF-8) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
 
 
 def _content_text(content: Any) -> str:
@@ -60,11 +69,13 @@ def extract_code(text: str) -> str | None:
 
     Looks, in order, for the last ``<answer>...</answer>`` block (an unclosed last
     tag runs to the end; a fence inside it is stripped), then the last fenced
-    block (```` ```python ````, ```` ```py ```` or a bare ```` ``` ````). Whitespace-only
-    code counts as none. Never raises.
+    block (```` ```python ````, ```` ```py ```` or a bare ```` ``` ````). The code is
+    dedented (models often indent inside tags). Whitespace-only
+    code counts as none. Lone surrogates become U+FFFD. Never raises.
     """
     if not isinstance(text, str):
         return None
+    text = clean_text(text)
     answers = _ANSWER_RE.findall(text)
     if answers:
         code = textwrap.dedent(_unfence(answers[-1])).strip("\n")

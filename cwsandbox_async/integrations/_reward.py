@@ -132,6 +132,7 @@ class RewardCore:
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise SandboxValidationError("completions must be a list (one entry per completion)")
         self.calls += 1
+        call = self.calls
         programs = self.programs(completions, kwargs)
         rewards: list[float | None] = [None] * len(programs)
         todo = [(i, p) for i, p in enumerate(programs) if p is not None]
@@ -149,7 +150,7 @@ class RewardCore:
                         log.warning("reward not scored", index=i, kind=str(outcome.kind), error=repr(outcome.error))
         step = self._step(kwargs)
         stats = RewardCallStats(
-            call=self.calls,
+            call=call,
             sandboxes=len(work),
             passed=sum(1 for r in rewards if r == 1.0),
             skipped=len(programs) - len(work),

@@ -21,18 +21,18 @@ async def run_python(
 ) -> ExecResult:
     """Run ``source`` with the sandbox's Python and return the result (a non-zero exit is a result).
 
-    Uses the sandbox's ``run_python`` fast path when it has one, else ``python3 -c``
-    (one exec) for small programs and write-then-run (two calls) for large ones.
+    Small programs take one call: ``Sandbox.run_python`` (the local backend forks a
+    warm interpreter) or ``<python> -c`` for another interpreter; large ones (or
+    ones with NUL bytes) are written to a file in /tmp first and run from it.
     Raises what ``Sandbox.exec`` raises: ``SandboxTimeoutError`` when the program
     runs past ``timeout_seconds`` (not an infrastructure failure; ``.result`` has
     its output so far), ``SandboxNotRunningError``/``SandboxTransportError`` when
     the platform fails.
     """
-    fast = getattr(sandbox, "run_python", None)
-    if fast is not None and python == "python3" and cwd is None:
-        result: ExecResult = await fast(source, timeout_seconds=timeout_seconds)
-        return result
-    if len(source.encode("utf-8", errors="surrogatepass")) <= INLINE_SOURCE_LIMIT and "\x00" not in source:
+    small = len(source.encode("utf-8", errors="surrogatepass")) <= INLINE_SOURCE_LIMIT and "\x00" not in source
+    if small and python == "python3":
+        return await sandbox.run_python(source, timeout_seconds=timeout_seconds, cwd=cwd)
+    if small:
         return await sandbox.exec([python, "-c", source], timeout_seconds=timeout_seconds, cwd=cwd)
     path = f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"
     await sandbox.write_file(path, source)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SandboxError, SandboxFileError, SandboxTimeoutError, SandboxValidationError
+from ._extract import clean_text
 from ._run import run_python
 
 if TYPE_CHECKING:
@@ -171,7 +172,8 @@ def _exec_observation(result: ExecResult, ok_text: str = "(no output)") -> str:
             text += f"\n[stderr]\n{err}"
     else:
         status = f"killed by signal {result.signal}" if result.signal else f"exit code {result.returncode}"
-        text = f"Error ({status}):\n" + "\n".join(s for s in (out, err) if s) if (out or err) else f"Error ({status})"
+        details = "\n".join(s for s in (out, err) if s)
+        text = f"Error ({status}):\n{details}" if details else f"Error ({status})"
     if result.truncated:
         text += "\n[output truncated]"
     return _clip(text)
@@ -228,6 +230,7 @@ async def run_tool(
     for param in spec[name]:
         if not isinstance(args.get(param), str):
             return ToolResult(name=name, observation=f"Error: missing required string argument {param!r}", ok=False)
+        args[param] = clean_text(args[param])  # a lone surrogate cannot be sent; the model sees U+FFFD
     submitted = name == "submit_solution"
     try:
         if name in ("execute_code", "submit_solution"):
@@ -255,13 +258,13 @@ async def run_tool(
     except SandboxTimeoutError as exc:
         if exc.infrastructure:
             raise
-        return ToolResult(
-            name, _timeout_observation(exc, timeout_seconds), False, submitted=submitted,
-            passed=False if submitted else None, timed_out=True,
-        )  # fmt: skip
+        observation = _timeout_observation(exc, timeout_seconds)
+        verdict = False if submitted else None
+        return ToolResult(name, observation, False, submitted=submitted, passed=verdict, timed_out=True)
     except (SandboxFileError, SandboxValidationError) as exc:
         path = getattr(exc, "path", None) or args.get("path", "")
-        return ToolResult(name, f"Error: {name} failed for {path!r}: {exc.message}", False)
+        where = "" if path and path in exc.message else f" for {path!r}"
+        return ToolResult(name, f"Error: {name} failed{where}: {exc.message}", False)
     except SandboxError as exc:
         if exc.infrastructure:
             raise

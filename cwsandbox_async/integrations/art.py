@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
+from .._pool import SandboxPool
+from .._session import Session
 from .._validate import validate_timeout
 from ._tools import (
     ALL_TOOLS,
@@ -116,10 +118,11 @@ def require_art() -> Any:
 def wandb_run(model: Any) -> Any:
     """ART's W&B run for ``model``, to pass as ``Session(run=...)``; ``None`` when ART would not log to W&B.
 
-    ART logs to W&B when ``WANDB_API_KEY`` is set or ``model.report_metrics``
-    contains ``"wandb"``; then this creates (or returns) the run ART itself uses,
-    so sandbox metrics land next to ART's. Relies on ART's ``_get_wandb_run``
-    (0.5.x); returns ``None`` if that is missing or fails.
+    ART logs to W&B when ``model.report_metrics`` is ``None`` (the default) or
+    contains ``"wandb"``, and only if ``WANDB_API_KEY`` is set (also in offline
+    mode); then this creates (or returns) the run ART itself uses, so sandbox
+    metrics land next to ART's. Relies on ART's ``_get_wandb_run`` (0.5.x);
+    returns ``None`` if that is missing or fails.
     """
     report = getattr(model, "report_metrics", None)
     wants = (report is None and bool(os.environ.get("WANDB_API_KEY"))) or (report is not None and "wandb" in report)
@@ -139,7 +142,7 @@ def tool_message(tool_call: Any, observation: str) -> dict[str, Any]:
 
 
 async def sandbox_rollout(
-    source: Any,
+    source: SandboxPool | Session,
     episode: Callable[[Sandbox], Awaitable[T]],
     *,
     timeout_seconds: float,
@@ -158,13 +161,12 @@ async def sandbox_rollout(
     deadline = validate_timeout(timeout_seconds)
     lease_timeout = validate_timeout(lease_timeout_seconds, "lease_timeout_seconds")
     assert deadline is not None
-    lease = getattr(source, "lease", None)
-    if callable(lease):
-        cm: AbstractAsyncContextManager[Sandbox] = lease(timeout_seconds=lease_timeout)
-    elif callable(getattr(source, "sandbox", None)):
+    if isinstance(source, SandboxPool):
+        cm: AbstractAsyncContextManager[Sandbox] = source.lease(timeout_seconds=lease_timeout)
+    elif isinstance(source, Session):
         cm = source.sandbox()
     else:
-        raise SandboxValidationError("source must be a SandboxPool or a Session")
+        raise SandboxValidationError(f"source must be a SandboxPool or a Session, not {type(source).__name__}")
     async with cm as sandbox:
         with anyio.move_on_after(deadline) as scope:
             return await episode(sandbox)

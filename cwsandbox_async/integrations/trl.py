@@ -42,6 +42,7 @@ from .._errors import SandboxError, SandboxValidationError
 from .._log import log
 from .._session import Session
 from .._types import SandboxDefaults
+from ..backends import BACKENDS
 from ._bridge import HOST_CLOSE_TIMEOUT_SECONDS, LoopThread, SessionHost, start_detached
 from ._extract import completion_text, extract_code
 from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource
@@ -107,6 +108,8 @@ class _Base:
             "run": run,
             "handle_signals": False,  # the trainer owns the process's signals
         }
+        if isinstance(backend, str) and backend not in BACKENDS:
+            raise SandboxValidationError(f"unknown backend {backend!r}; choose one of {', '.join(sorted(BACKENDS))}")
         Session(**self._session_args)  # validate now, not on the first training step
 
     @property
@@ -161,15 +164,17 @@ class CodeReward(_Base):
                 "this reward function is bound to the event loop of its first call; "
                 "create one per loop or call aclose() first"
             )
-        if self._ready is None or (self._ready.done() and self._ready.exception() is not None):
+        ready = self._ready
+        if ready is None or (ready.done() and (ready.cancelled() or ready.exception() is not None)):
             self._loop = loop
             self._host = self._new_host()
-            self._task, self._ready = start_detached(self._host)
+            self._task, ready = start_detached(self._host)
+            self._ready = ready
             if not self._atexit:
                 ref = weakref.ref(self)
                 atexit.register(_close_at_exit, ref)
                 self._atexit = True
-        return await asyncio.shield(self._ready)
+        return await asyncio.shield(ready)
 
     async def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
@@ -191,9 +196,9 @@ class CodeReward(_Base):
 
     def close(self, timeout_seconds: float = HOST_CLOSE_TIMEOUT_SECONDS) -> None:
         """Close from outside the loop (another thread, or atexit). A no-op if the loop has stopped."""
-        loop = self._loop
-        if loop is None or self._host is None:
-            return
+        loop, task = self._loop, self._task
+        if loop is None or task is None or task.done():
+            return  # never opened, already closed, or its loop ended (asyncio.run cancels it, closing the session)
         if loop.is_closed() or not loop.is_running():
             log.warning("reward function's loop is not running; its session cannot be closed cleanly")
             return

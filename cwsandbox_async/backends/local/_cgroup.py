@@ -18,6 +18,7 @@ cheap (a few small writes to a kernel file system).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass, field
@@ -116,10 +117,8 @@ class SandboxCgroup:
         """SIGKILL every process in the groups; returns how many were signalled."""
         victims = self.pids()
         for pid in victims:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         return len(victims)
 
     def try_remove(self) -> bool:
@@ -185,16 +184,16 @@ class CgroupManager:
             if fstype != "cgroup2":
                 continue
             if parent is not None:
-                path: str | None = parent if parent.startswith(point) else os.path.join(point, parent.lstrip("/"))
+                where: str | None = parent if parent.startswith(point) else os.path.join(point, parent.lstrip("/"))
             else:
-                path = _join(root, point, own.get("", "/"))
-            if not path or not self._writable(path):
+                where = _join(root, point, own.get("", "/"))
+            if not where or not self._writable(where):
                 continue
             try:
-                enabled = set(_read(os.path.join(path, "cgroup.subtree_control")).split())
+                enabled = set(_read(os.path.join(where, "cgroup.subtree_control")).split())
             except OSError:
                 continue
-            found = {c: path for c in CONTROLLERS if c in enabled}
+            found = {c: where for c in CONTROLLERS if c in enabled}
             if found:
                 self.version, self.parents = "v2", found
                 return

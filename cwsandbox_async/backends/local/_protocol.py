@@ -34,6 +34,10 @@ from __future__ import annotations
 import json
 import struct
 
+TYPE_CHECKING = False  # typing is not imported at run time: the agent starts faster without it
+if TYPE_CHECKING:
+    from typing import Any
+
 HEADER = struct.Struct(">IBI")
 META_LEN = struct.Struct(">I")
 #: Largest payload either side accepts (a 256 MiB file plus its metadata).
@@ -67,7 +71,7 @@ def pack_meta(meta: object, raw: bytes = b"") -> bytes:
     return META_LEN.pack(len(encoded)) + encoded + raw
 
 
-def unpack_meta(payload: bytes) -> tuple[dict[str, object], bytes]:
+def unpack_meta(payload: bytes) -> tuple[dict[str, Any], bytes]:
     """Split a structured payload; raises ``ValueError`` when it is malformed."""
     if len(payload) < META_LEN.size:
         raise ValueError("payload too short for its metadata length")

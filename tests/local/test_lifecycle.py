@@ -1,0 +1,236 @@
+"""Local sandbox lifecycle: crashes of the driver and of the agent, leaks, concurrency, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+
+import anyio
+import pytest
+
+import cwsandbox_async as cwa
+from cwsandbox_async.backends import load_backend
+from cwsandbox_async.backends.local import LocalBackend
+from cwsandbox_async.backends.local._registry import Registry, pid_alive
+from cwsandbox_async.testing.contract import make_spec
+
+from .conftest import child_pids, host_processes_matching, local_session, open_fds, requires_isolation
+
+pytestmark = requires_isolation
+
+DRIVER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import cwsandbox_async as cwa
+
+    async def main():
+        session = cwa.Session(cwa.SandboxDefaults(tags=(sys.argv[1],)), backend="local")
+        await session.open()
+        boxes = [await session.sandbox() for _ in range(2)]
+        backend = session.backend
+        info = {
+            "ids": [b.sandbox_id for b in boxes],
+            "pids": [backend._boxes[b.sandbox_id].pid for b in boxes],
+            "cgroups": [p for b in boxes for p in (backend._boxes[b.sandbox_id].cgroup.paths
+                        if backend._boxes[b.sandbox_id].cgroup else [])],
+        }
+        print(json.dumps(info), flush=True)
+        await boxes[1].exec(["sleep", sys.argv[2]], timeout_seconds=3000)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) -> None:
+    marker = str(5000 + os.getpid() % 1000)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", DRIVER, tag, marker, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(60):
+            info = json.loads(await proc.stdout.readline())
+            while not host_processes_matching(f"sleep {marker}".encode()):
+                await anyio.sleep(0.02)
+    finally:
+        proc.kill()
+        await proc.wait()
+    await anyio.sleep(2)
+    assert not any(pid_alive(pid, None) for pid in info["pids"])
+    for sid in info["ids"]:
+        assert host_processes_matching(sid.encode()) == []
+    assert host_processes_matching(f"sleep {marker}".encode()) == []
+
+    async with local_session(tag) as s:
+        found = await s.list([tag])
+        assert sorted(i.sandbox_id for i in found) == sorted(info["ids"])
+        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED for i in found)
+        swept = await s.sweep([tag])
+        assert sorted(swept) == sorted(info["ids"])
+        assert await s.list([tag]) == []
+    assert not any(os.path.exists(p) for p in info["cgroups"])
+
+
+async def test_list_and_destroy_a_live_sandbox_of_another_backend(tag: str) -> None:
+    owner, other = LocalBackend(), LocalBackend()
+    spec = make_spec(tag)
+    try:
+        await owner.create(spec)
+        [info] = await other.list([tag])
+        assert (info.sandbox_id, info.status, info.owner_alive) == (spec.sandbox_id, cwa.SandboxStatus.RUNNING, True)
+        assert await other.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING
+        await other.destroy(spec.sandbox_id)
+        with anyio.fail_after(10):
+            while await owner.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING:
+                await anyio.sleep(0.02)
+        assert await other.list([tag]) == []
+    finally:
+        await owner.destroy(spec.sandbox_id)
+        await owner.aclose()
+
+
+async def test_no_fd_process_task_or_thread_leaks(tag: str) -> None:
+    async def cycle() -> None:
+        async with local_session(tag) as s:
+            async with s.sandbox() as sb:
+                assert (await sb.exec(["echo", "x"])).stdout == "x\n"
+                assert (await sb.run_python("print(6 * 7)")).stdout == "42\n"
+                await sb.write_file("/workspace/f", b"data")
+                assert await sb.read_file("/workspace/f") == b"data"
+                with anyio.move_on_after(0.3):
+                    await sb.exec(["sleep", "30"])
+            failed = await s.sandbox()  # stopped by the session, not by the test
+            await failed.exec(["true"])
+
+    await cycle()  # warm-up: the isolation probe and lazy imports happen once
+    fds, kids, tasks = open_fds(), child_pids(), len(asyncio.all_tasks())
+    threads = threading.active_count()
+    for _ in range(3):
+        await cycle()
+    with anyio.fail_after(5):
+        while threading.active_count() > threads:  # asyncio's child watcher threads finish
+            await anyio.sleep(0.02)
+    assert open_fds() == fds
+    assert child_pids() == kids
+    assert len(asyncio.all_tasks()) == tasks
+    assert await LocalBackend().list([tag]) == []
+
+
+async def test_concurrent_execs_in_one_sandbox(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        results: dict[int, str] = {}
+
+        async def one(i: int) -> None:
+            r = await sb.exec(f"sleep 0.3; echo {i}; echo err{i} >&2")
+            results[i] = r.stdout + r.stderr
+
+        start = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+        assert results == {i: f"{i}\nerr{i}\n" for i in range(16)}
+        assert time.monotonic() - start < 16 * 0.3 / 2
+        assert sb.exec_stats["completed_ok"] == 16
+
+
+async def test_streaming_output_with_process(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        chunks = []
+        async with sb.process("for i in 1 2 3; do echo $i; sleep 0.1; done") as p:
+            async for chunk in p.stdout:
+                chunks.append(chunk)
+            result = await p.wait()
+        assert b"".join(chunks) == b"1\n2\n3\n" and len(chunks) >= 2
+        assert result.returncode == 0
+
+
+async def test_agent_death_fails_pending_execs(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        pid = s.backend._boxes[sb.sandbox_id].pid  # type: ignore[attr-defined]
+
+        async def kill_soon() -> None:
+            await anyio.sleep(0.3)
+            os.kill(pid, signal.SIGKILL)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_soon)
+            with pytest.raises(cwa.SandboxNotRunningError) as info:
+                await sb.exec(["sleep", "30"])
+        assert info.value.infrastructure
+        assert sb.status is cwa.SandboxStatus.FAILED
+        with pytest.raises(cwa.SandboxNotRunningError):
+            await sb.exec(["true"])
+        assert await sb.refresh_status() is cwa.SandboxStatus.FAILED
+    assert await LocalBackend().list([tag]) == []
+
+
+async def test_max_lifetime_ends_the_sandbox(tag: str) -> None:
+    async with local_session(tag, max_lifetime_seconds=1.0) as s:
+        sb = await s.sandbox()
+        with pytest.raises(cwa.SandboxNotRunningError):
+            await sb.exec(["sleep", "10"], timeout_seconds=20)
+
+
+async def test_bad_inputs_are_validation_errors(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        bad_calls = [
+            sb.exec([]),
+            sb.exec(["echo", "a\x00b"]),
+            sb.exec(["echo", 3]),  # type: ignore[list-item]
+            sb.exec(["true"], timeout_seconds=-1),
+            sb.exec(["true"], cwd="relative"),
+            sb.exec(["true"], env={"BAD NAME": "x"}),
+            sb.exec(["true"], max_output_bytes=0),
+            sb.read_file("relative/path"),
+            sb.write_file("/workspace/a\x00b", b"x"),
+            sb.run_python("print(1)\x00"),
+            sb.run_python(123),  # type: ignore[arg-type]
+        ]
+        for call in bad_calls:
+            with pytest.raises(cwa.SandboxValidationError):
+                await call
+        assert sb.exec_stats["exec_count"] == 0
+        with pytest.raises(cwa.SandboxValidationError):
+            await s.sandbox(working_dir="/")
+    for options in ({"isolation": "bogus"}, {"sandbox_uid": 0}, {"expose": ["relative"]}, {"hide": ["/"]}):
+        with pytest.raises(cwa.SandboxValidationError):
+            load_backend("local", **options)
+    backend = LocalBackend()
+    with pytest.raises(cwa.SandboxValidationError):
+        await backend.create(make_spec(tag).__class__(sandbox_id="../evil", session_id="x", defaults=cwa.SandboxDefaults()))
+
+
+async def test_registry_entries_follow_the_sandbox(tag: str) -> None:
+    registry = Registry()
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        entry = registry.read(sb.sandbox_id)
+        assert entry is not None and entry["owner_pid"] == os.getpid() and entry["tags"] == [tag]
+        assert pid_alive(entry["pid"], entry["pid_start"])
+        st = os.stat(registry.dir)
+        assert st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
+    assert registry.read(sb.sandbox_id) is None
+
+
+async def test_no_isolation_only_by_name_and_with_a_warning(tag: str) -> None:
+    with pytest.warns(RuntimeWarning, match="NOT isolated"):
+        backend = LocalBackend(isolation="none")
+    assert backend.isolation == "none"
+    async with cwa.Session(cwa.SandboxDefaults(tags=(tag,)), backend=backend) as s:
+        sb = await s.sandbox()
+        await sb.write_file("/workspace/hello.txt", b"hi")
+        r = await sb.exec(["cat", "hello.txt"])
+        assert r.stdout == "hi"
+        assert (await sb.run_python("print(7)")).stdout == "7\n"
+    assert LocalBackend().isolation in ("bwrap", "unshare")

@@ -1,0 +1,165 @@
+"""Limits that must hold on the local backend: processes, memory, output, time, leftovers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import anyio
+import pytest
+
+import cwsandbox_async as cwa
+from cwsandbox_async.backends.local import LocalBackend
+
+from .conftest import host_processes_matching, local_session, requires_isolation
+
+pytestmark = requires_isolation
+
+FORK_COUNT = """
+import os, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print(n, e.errno)
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    n += 1
+"""
+
+
+async def host_true_works() -> bool:
+    proc = await asyncio.create_subprocess_exec("true")
+    return await proc.wait() == 0
+
+
+async def test_fork_bomb_is_contained(tag: str) -> None:
+    async with local_session(tag, resources=cwa.Resources(pids=40)) as s:
+        bombed, other = await s.sandbox(), await s.sandbox()
+        r = await bombed.exec(["python3", "-c", FORK_COUNT], timeout_seconds=30)
+        count, errno = (int(x) for x in r.stdout.split())
+        assert errno == 11 and count < 60, r  # EAGAIN well before the limit's slack is gone
+        # A classic shell bomb ends with a result, within its timeout.
+        start = time.monotonic()
+        try:
+            r = await bombed.exec("b() { b | b & }; b; sleep 2", timeout_seconds=5)
+        except cwa.SandboxTimeoutError as exc:
+            assert exc.result is not None and exc.result.timed_out
+        assert time.monotonic() - start < 15
+        assert (await other.exec(["echo", "fine"])).stdout == "fine\n"
+        assert (await bombed.exec(["echo", "alive"])).stdout == "alive\n"
+        assert await host_true_works()
+        leftovers = await bombed.exec("ls /proc | grep -c '^[0-9]'")
+        assert int(leftovers.stdout) < 10
+
+
+async def test_memory_bomb_is_contained(tag: str) -> None:
+    async with local_session(tag, resources=cwa.Resources(memory_mib=128)) as s:
+        bombed, other = await s.sandbox(), await s.sandbox()
+        r = await bombed.exec(["python3", "-c", "x = bytearray(1 << 30); print('survived')"], timeout_seconds=30)
+        assert r.returncode != 0 and "survived" not in r.stdout
+        r = await bombed.run_python("x = [bytearray(1 << 20) for _ in range(1024)]\nprint('survived')")
+        assert r.returncode != 0 and "survived" not in r.stdout
+        assert (await other.exec(["echo", "fine"])).stdout == "fine\n"
+        assert (await bombed.exec(["echo", "alive"])).stdout == "alive\n"
+        assert await host_true_works()
+
+
+async def test_output_flood_is_cut_at_the_cap(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        start = time.monotonic()
+        r = await sb.exec(["yes"], max_output_bytes=256 * 1024, timeout_seconds=30)
+        assert r.truncated and not r.timed_out
+        assert len(r.stdout_bytes) == 256 * 1024 and set(r.stdout_bytes) <= set(b"y\n")
+        r = await sb.exec("head -c 100000000 /dev/urandom >&2", max_output_bytes=4096)
+        assert r.truncated and len(r.stderr_bytes) == 4096
+        assert time.monotonic() - start < 20
+        assert "yes" not in (await sb.exec(["ps", "-eo", "comm"])).stdout
+
+
+async def test_timeout_kills_the_tree_and_raises(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        marker = f"{os.getpid() % 1000 + 1000}"
+        start = time.monotonic()
+        with pytest.raises(cwa.SandboxTimeoutError) as info:
+            await sb.exec(f"echo started; trap '' TERM; sleep {marker} & sleep {marker}", timeout_seconds=1)
+        elapsed = time.monotonic() - start
+        assert 0.9 < elapsed < 4
+        assert info.value.result is not None and info.value.result.stdout == "started\n"
+        assert info.value.infrastructure is False
+        assert host_processes_matching(f"sleep {marker}".encode()) == []
+        assert sb.exec_stats["failures"] == 1
+
+
+async def test_detached_double_fork_does_not_outlive_its_exec(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec("(setsid sh -c 'sleep 3131 &' &) ; (nohup sleep 3132 >/dev/null 2>&1 &) ; echo spawned")
+        assert r.stdout == "spawned\n"
+        await anyio.sleep(0.2)
+        assert "sleep 31" not in (await sb.exec(["ps", "-eo", "args"])).stdout
+        assert host_processes_matching(b"sleep 313") == []
+
+
+async def test_background_job_lives_while_its_exec_runs(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        script = "(sleep 30 &) ; sleep 0.3; ps -eo args | grep -c '^sleep 30$'"
+        r = await sb.exec(script, timeout_seconds=10)
+        assert r.stdout.strip() == "1"  # the orphaned helper survived until its exec ended
+
+
+async def test_cancelled_exec_kills_its_command(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        with anyio.move_on_after(0.5):
+            await sb.exec(["sleep", "4242"], timeout_seconds=60)
+        with anyio.fail_after(5):
+            while host_processes_matching(b"sleep 4242"):
+                await anyio.sleep(0.05)
+        assert (await sb.exec(["echo", "ok"])).stdout == "ok\n"
+
+
+async def test_the_agent_cannot_be_killed_from_inside(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec("kill -9 1; kill -TERM 1; kill -INT 1; echo done")
+        assert "done" in r.stdout
+        assert (await sb.exec(["echo", "still here"])).stdout == "still here\n"
+
+
+async def test_cpu_seconds_and_file_size_limits(tag: str) -> None:
+    resources = cwa.Resources(cpu_seconds=1, file_size_mib=1)
+    async with local_session(tag, resources=resources) as s:
+        sb = await s.sandbox()
+        r = await sb.exec(["python3", "-c", "while True: pass"], timeout_seconds=30)
+        assert r.returncode in (-9, -24)  # SIGXCPU, then SIGKILL at the hard limit
+        assert 0.8 < r.cpu_seconds < 5
+        r = await sb.exec("head -c 2000000 /dev/zero > /workspace/f; echo rc=$?", timeout_seconds=30)
+        assert int((await sb.exec("stat -c %s /workspace/f")).stdout) <= 1024 * 1024
+        with pytest.raises(cwa.SandboxFileError):
+            await sb.write_file("/workspace/g", b"\0" * (2 * 1024 * 1024))
+
+
+async def test_cgroup_is_created_and_removed() -> None:
+    backend = LocalBackend()
+    if not backend._cgroups.available:
+        pytest.skip("no writable cgroup controllers here")
+    async with cwa.Session(backend=backend) as s:
+        sb = await s.sandbox()
+        paths = list(backend._boxes[sb.sandbox_id].cgroup.paths)  # type: ignore[union-attr]
+        assert paths and all(os.path.isdir(p) for p in paths)
+        assert backend.limits.get("pids", "").startswith("cgroup")
+        procs = set()
+        for p in paths:
+            with open(os.path.join(p, "cgroup.procs")) as f:
+                procs.update(f.read().split())
+        assert len(procs) >= 2  # bwrap and the agent (and its spare worker)
+        await sb.stop()
+        assert not any(os.path.exists(p) for p in paths)
