@@ -32,9 +32,9 @@ from typing import Any
 import anyio
 
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
+from cwsandbox_async.backends.kubernetes._inventory import pods_path
 from cwsandbox_async.backends.kubernetes._manifest import build_pod
 from cwsandbox_async.backends.kubernetes._podstate import view
-from cwsandbox_async.backends.kubernetes._watch import pods_path
 from cwsandbox_async.testing.contract import make_request, make_spec
 
 from ._common import parse_args, summary, write_json

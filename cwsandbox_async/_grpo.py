@@ -86,10 +86,13 @@ async def gather_groups(
 
     ``limit`` bounds items in flight over all groups together. Items, deadlines,
     errors and cancellation behave as in ``gather``. Raises
-    ``SandboxValidationError`` if ``groups`` is not a mapping.
+    ``SandboxValidationError`` if ``groups`` is not a mapping of iterables.
     """
     if not isinstance(groups, Mapping):
         raise SandboxValidationError(f"groups must be a mapping of group key to items, got {type(groups).__name__}")
+    for g, items in groups.items():
+        if not isinstance(items, Iterable) or isinstance(items, (str, bytes)):
+            raise SandboxValidationError(f"group {g!r} must be an iterable of work, got {type(items).__name__}")
     by_group: dict[K, list[Outcome[T]]] = {g: [] for g in groups}
     pairs = _Pairs(groups)
     work: Iterable[Any] = pairs if pairs._len is not None else iter(pairs)

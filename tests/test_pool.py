@@ -55,6 +55,18 @@ async def own_live(session: Session) -> int:
     return sum(1 for info in await session.backend.list() if info.session_id == session.session_id)
 
 
+async def settle(pool: SandboxPool) -> None:
+    """Let refills finish before the pool closes, so no local create is cancelled mid-spawn.
+
+    (A local create cancelled while its process is being spawned leaves asyncio pipe
+    transports to the garbage collector, whose ResourceWarning would then fail whichever
+    test happens to be running; the close-with-creates-in-flight path is covered on the
+    FakeBackend.)
+    """
+    await pool.wait_ready(timeout_seconds=60)
+    await wait_until(lambda: pool.statistics().destroying == 0, 60)
+
+
 def descendant_pids() -> set[int]:
     """Live (non-zombie) processes descending from this one, from /proc."""
     parents: dict[int, int] = {}
@@ -224,6 +236,7 @@ async def test_body_exception_propagates_unwrapped_and_sandbox_is_destroyed(back
         async with pool.lease(timeout_seconds=30) as sb2:
             assert sb2.sandbox_id != sb.sandbox_id
             assert (await sb2.exec(["true"])).ok
+        await settle(pool)
 
 
 async def test_cancelled_lease_body_destroys_sandbox() -> None:
@@ -503,6 +516,7 @@ async def test_hard_cap_on_every_backend(backend_name: str) -> None:
             async with anyio.create_task_group() as tg:
                 for _ in range(12):
                     tg.start_soon(rollout)
+            await settle(pool)
         assert pool.statistics().max_alive <= 3
         assert peak <= 3
         assert await own_live(s) == 0

@@ -12,8 +12,24 @@ from cwsandbox_async.backends.kubernetes import KubernetesBackend
 from .exec_server import ExecRunner
 from .server import KubeTestServer
 
-BWRAP = ExecRunner().bwrap is not None
-needs_bwrap = pytest.mark.skipif(not BWRAP, reason="the test server runs pod commands in bubblewrap")
+
+def _bwrap_works() -> bool:
+    """bwrap is there and may create the user and PID namespaces the test server's pods use."""
+    import subprocess
+
+    path = ExecRunner().bwrap
+    if path is None:
+        return False
+    probe = [path, "--unshare-user", "--unshare-pid", "--ro-bind", "/usr", "/usr"]
+    probe += ["--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64"]
+    try:
+        return subprocess.run([*probe, "--", "/usr/bin/true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+BWRAP = _bwrap_works()
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason="the test server runs pod commands in bubblewrap (unavailable)")
 
 #: Image the test pods use; the test server runs commands on the host's /usr either way.
 TEST_IMAGE = "registry.test/cwsandbox/python:3.11"

@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
+from .state import status_response
+
 if TYPE_CHECKING:
-    from .server import KubeTestServer, PodRuntime
+    from .server import KubeTestServer
+    from .state import PodRuntime
 
 __all__ = ["ExecRunner", "handle_exec"]
 
@@ -119,8 +122,6 @@ def _status(rc: int, command: list[str]) -> dict[str, Any]:
 
 
 async def handle_exec(server: KubeTestServer, request: web.Request) -> web.StreamResponse:
-    from .server import status_response
-
     ns, name = request.match_info["ns"], request.match_info["name"]
     rt = server.pods.get((ns, name))
     if rt is None:

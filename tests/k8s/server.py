@@ -32,110 +32,21 @@ import shutil
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from .exec_server import ExecRunner, handle_exec
+from .lifecycle import PodLifecycle
 from .openapi import psa_restricted_violations, validate_pod
 from .selectors import SelectorError, field_matcher, label_matcher
+from .state import Fault, PodRuntime, Recorded, merge_patch, now_rfc3339, status_body, status_response
 
-__all__ = ["Fault", "KubeTestServer", "Recorded"]
+__all__ = ["Fault", "KubeTestServer", "PodRuntime", "Recorded", "status_response"]
 
 JSON_BODY = web.RequestKey("json_body", object)
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status_body(code: int, reason: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-        **extra,
-    }
-
-
-def status_response(code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(status_body(code, reason, message), status=code, headers=headers)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
-
-
-@dataclass
-class Fault:
-    """One injected fault, consumed by the first ``times`` matching requests.
-
-    ``kind``: ``status`` (reply ``status`` with a Status body, ``retry_after`` header),
-    ``drop`` (close the connection without replying), ``drop_after`` (handle the request, then
-    close without replying), ``delay`` (sleep ``seconds`` first), ``slow`` (sleep ``seconds``
-    while counted in flight),
-    ``watch_410`` (a watch request gets HTTP 410), ``exec_no_status`` (the command runs, the
-    socket closes without a status), ``exec_status`` (reply ``status_json`` instead of the
-    real status), ``exec_drop`` (close the socket right after the upgrade).
-    """
-
-    kind: str
-    method: str | None = None
-    path: str | None = None
-    status: int = 500
-    retry_after: float | None = None
-    seconds: float = 0.0
-    times: int = 1
-    status_json: dict[str, Any] | None = None
-    hits: int = 0
-
-    def matches(self, method: str, path: str, kinds: tuple[str, ...]) -> bool:
-        return (
-            self.times > 0
-            and self.kind in kinds
-            and (self.method is None or self.method == method)
-            and (self.path is None or re.search(self.path, path) is not None)
-        )
-
-
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    query: list[tuple[str, str]]
-    body: Any
-    headers: dict[str, str]
-    t: float
-    watch: bool = False
-
-    def param(self, key: str) -> str | None:
-        return next((v for k, v in self.query if k == key), None)
-
-
-@dataclass
-class PodRuntime:
-    obj: dict[str, Any]
-    root: Path
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    deadline_task: asyncio.Task[None] | None = None
-    execs: set[Any] = field(default_factory=set)
-    start_monotonic: float | None = None
 
 
 @dataclass
@@ -146,7 +57,7 @@ class _Watcher:
     queue: asyncio.Queue[dict[str, Any] | None]
 
 
-class KubeTestServer:
+class KubeTestServer(PodLifecycle):
     """Start with ``await server.start()`` (returns the base URL); ``await server.stop()`` kills everything."""
 
     def __init__(
@@ -265,24 +176,9 @@ class KubeTestServer:
             )
             w.queue.put_nowait(None)
 
-    async def evict(self, name: str, namespace: str = "default") -> None:
-        await self._fail_pod(
-            self.pods[(namespace, name)],
-            reason="Evicted",
-            message="The node was low on resource: memory. Threshold quantity: 100Mi.",
-            container_reason="ContainerStatusUnknown",
-            exit_code=137,
-            disruption=True,
-        )
-
     async def delete_pod(self, name: str, namespace: str = "default", grace: int | None = 0) -> None:
         """Delete a pod behind the client's back (another controller, a user with kubectl)."""
         await self._delete(self.pods[(namespace, name)], grace)
-
-    async def oom_kill(self, name: str, namespace: str = "default") -> None:
-        await self._fail_pod(
-            self.pods[(namespace, name)], reason=None, message=None, container_reason="OOMKilled", exit_code=137
-        )
 
     # -- plumbing ----------------------------------------------------------------
     def _bump(self, rt: PodRuntime, kind: str = "MODIFIED") -> None:
@@ -347,7 +243,9 @@ class KubeTestServer:
             if f.kind == "watch_410":
                 return status_response(410, "Expired", "too old resource version")
             headers = {"Retry-After": f"{f.retry_after:g}"} if f.retry_after is not None else None
-            reason = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}.get(f.status, "Unknown")
+            reason = {403: "Forbidden", 404: "NotFound", 429: "TooManyRequests", 500: "InternalError"}.get(
+                f.status, "Unknown"
+            )
             return status_response(f.status, reason, f"injected {f.status}", headers)
         if watch or request.path.endswith("/exec"):
             return await handler(request)
@@ -572,149 +470,16 @@ class KubeTestServer:
     async def _exec(self, request: web.Request) -> web.StreamResponse:
         return await handle_exec(self, request)
 
-    # -- lifecycle -------------------------------------------------------------------
-    def _set(self, rt: PodRuntime, *, phase: str | None = None, **status: Any) -> None:
-        st = rt.obj["status"]
-        if phase:
-            st["phase"] = phase
-        st.update(status)
-        self._bump(rt)
-
-    @staticmethod
-    def _cond(kind: str, value: bool, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
-        c: dict[str, Any] = {"type": kind, "status": "True" if value else "False", "lastTransitionTime": now_rfc3339()}
-        if reason:
-            c["reason"] = reason
-        if message:
-            c["message"] = message
-        return c
-
-    def _container(self, rt: PodRuntime, state: dict[str, Any], ready: bool = False) -> list[dict[str, Any]]:
-        c = rt.obj["spec"]["containers"][0]
-        return [
-            {"name": c["name"], "image": c["image"], "imageID": "", "ready": ready, "restartCount": 0, "state": state}
-        ]
-
-    async def _lifecycle(self, rt: PodRuntime) -> None:
-        image = rt.obj["spec"]["containers"][0]["image"]
-        m = re.search(r"fault-([a-z]+)(?::([0-9.]+))?", image)
-        fault, arg = (m.group(1), float(m.group(2) or 0.2)) if m else (None, 0.0)
-        if image.startswith("registry.invalid/"):  # a registry that cannot exist (RFC 6761)
-            fault = "imagepull"
-        await asyncio.sleep(self.schedule_delay)
-        if fault == "unschedulable":
-            msg = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available."
-            self._set(rt, conditions=[self._cond("PodScheduled", False, "Unschedulable", msg)])
-            return
-        rt.obj["spec"]["nodeName"] = "test-node-1"
-        rt.start_monotonic = time.monotonic()
-        waiting = {"waiting": {"reason": "ContainerCreating"}}
-        self._set(
-            rt,
-            startTime=now_rfc3339(),
-            hostIP="10.0.0.1",
-            conditions=[self._cond("PodScheduled", True), self._cond("Ready", False, "ContainersNotReady")],
-            containerStatuses=self._container(rt, waiting),
-        )
-        self._arm_deadline(rt)
-        if fault == "stuck":
-            return
-        if fault in ("imagepull", "createconfig"):
-            await asyncio.sleep(self.ready_delay)
-            if fault == "createconfig":
-                msg = "container has runAsNonRoot and image will run as root"
-                self._set(
-                    rt,
-                    containerStatuses=self._container(
-                        rt, {"waiting": {"reason": "CreateContainerConfigError", "message": msg}}
-                    ),
-                )
-                return
-            err = f'Failed to pull image "{image}": rpc error: code = NotFound desc = not found'
-            self._set(
-                rt, containerStatuses=self._container(rt, {"waiting": {"reason": "ErrImagePull", "message": err}})
-            )
-            await asyncio.sleep(self.ready_delay)
-            backoff = f'Back-off pulling image "{image}"'
-            self._set(
-                rt,
-                containerStatuses=self._container(rt, {"waiting": {"reason": "ImagePullBackOff", "message": backoff}}),
-            )
-            return
-        await asyncio.sleep(self.ready_delay)
-        if fault == "oomkilled":
-            await self._fail_pod(rt, reason=None, message=None, container_reason="OOMKilled", exit_code=137)
-            return
-        running = {"running": {"startedAt": now_rfc3339()}}
-        self._set(
-            rt,
-            phase="Running",
-            podIP="10.1.0.5",
-            conditions=[
-                self._cond("PodScheduled", True),
-                self._cond("Initialized", True),
-                self._cond("ContainersReady", True),
-                self._cond("Ready", True),
-            ],
-            containerStatuses=self._container(rt, running, ready=True),
-        )
-        if fault in ("evict", "oom"):
-            await asyncio.sleep(arg)
-            if fault == "evict":
-                await self.evict(rt.obj["metadata"]["name"], rt.obj["metadata"]["namespace"])
-            else:
-                await self.oom_kill(rt.obj["metadata"]["name"], rt.obj["metadata"]["namespace"])
-
-    def _arm_deadline(self, rt: PodRuntime) -> None:
-        ads = rt.obj["spec"].get("activeDeadlineSeconds")
-        if rt.deadline_task is not None:
-            rt.deadline_task.cancel()
-            rt.deadline_task = None
-        if ads is None or rt.start_monotonic is None:
-            return
-
-        async def fire() -> None:
-            assert rt.start_monotonic is not None
-            await asyncio.sleep(max(0.0, rt.start_monotonic + ads - time.monotonic()))
-            await self._fail_pod(
-                rt,
-                reason="DeadlineExceeded",
-                message="Pod was active on the node longer than the specified deadline",
-                container_reason="Error",
-                exit_code=137,
-            )
-
-        rt.deadline_task = asyncio.get_running_loop().create_task(fire())
-
-    async def _fail_pod(
-        self,
-        rt: PodRuntime,
-        *,
-        reason: str | None,
-        message: str | None,
-        container_reason: str,
-        exit_code: int,
-        disruption: bool = False,
-    ) -> None:
-        if rt.obj["status"].get("phase") in ("Failed", "Succeeded"):
-            return
-        terminated = {"terminated": {"exitCode": exit_code, "reason": container_reason, "finishedAt": now_rfc3339()}}
-        conds = [self._cond("Ready", False, "PodFailed")]
-        if disruption:
-            conds.append(self._cond("DisruptionTarget", True, "TerminationByKubelet", message))
-        extra: dict[str, Any] = {}
-        if reason:
-            extra["reason"] = reason
-        if message:
-            extra["message"] = message
-        self._set(rt, phase="Failed", conditions=conds, containerStatuses=self._container(rt, terminated), **extra)
-        await self.runner.kill_all(rt)
-
 
 async def serve_forever(port: int = 0, **options: Any) -> None:
     """Run a test server until cancelled, printing its URL on the first line of stdout (benchmarks use this)."""
+    import signal
+
     server = KubeTestServer(**options)
     url = await server.start(port)
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)  # clean up on terminate()
     print(url, flush=True)
     try:
         await asyncio.Event().wait()
@@ -730,5 +495,5 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready-delay", type=float, default=0.03)
     args = parser.parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(serve_forever(args.port, ready_delay=args.ready_delay))

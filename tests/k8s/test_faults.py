@@ -266,3 +266,20 @@ async def test_set_lifetime_patches_the_hard_ttl(k8s_server: KubeTestServer, mak
     await wait_for(lambda: k8s_server.pod(sid)["status"].get("reason") == "DeadlineExceeded")
     await backend.destroy(sid)
     await wait_no_pods(k8s_server)
+
+
+async def test_forbidden_is_typed_by_what_was_refused(k8s_server: KubeTestServer, make_backend: BackendFactory) -> None:
+    backend = make_backend()
+    k8s_server.add_fault("status", method="GET", path=r"/pods$", status=403)
+    with pytest.raises(SandboxBackendUnavailableError, match="RBAC"):
+        await backend.list([])
+    async with session(backend) as s:
+        k8s_server.add_fault("status", method="POST", status=403)  # e.g. admission: PodSecurity, quota
+        with pytest.raises(SandboxCreationError) as info:
+            await s.sandbox()
+        assert info.value.reason == "Forbidden"
+        sb = await s.sandbox()
+        k8s_server.add_fault("status", method="GET", path=r"/exec$", status=403)
+        with pytest.raises(SandboxBackendUnavailableError, match="pods/exec"):
+            await sb.exec(["true"])
+    await wait_no_pods(k8s_server)

@@ -173,3 +173,21 @@ async def test_an_invalid_option_is_refused_by_the_api_server(
             await s.sandbox()
     assert info.value.reason == "Invalid" and "Sometimes" in info.value.message
     await wait_no_pods(k8s_server)
+
+
+@needs_bwrap
+async def test_loaded_by_name_through_a_session(k8s_server: KubeTestServer) -> None:
+    from cwsandbox_async.backends import load_backend
+    from cwsandbox_async.backends.kubernetes import KubernetesBackend
+
+    with pytest.raises(SandboxValidationError, match="unknown kubernetes backend option"):
+        load_backend("kubernetes", server=k8s_server.url, imag="typo")
+    options = {"server": k8s_server.url, "image": TEST_IMAGE}
+    async with cwa.Session(backend="kubernetes", backend_options=options, handle_signals=False) as s:
+        assert isinstance(s.backend, KubernetesBackend) and s.backend.isolation == "pod"
+        async with s.sandbox() as sb:
+            r = await sb.exec("echo $((6 * 7))")
+            assert r.stdout == "42\n" and r.ok
+            await sb.write_file("/workspace/hello.txt", "héllo")
+            assert await sb.read_file("/workspace/hello.txt") == "héllo".encode()
+    await wait_no_pods(k8s_server)

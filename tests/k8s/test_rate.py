@@ -23,9 +23,11 @@ async def test_token_bucket_bounds_the_request_rate(k8s_server: KubeTestServer, 
     times = sorted(r.t for r in k8s_server.calls("GET"))
     assert len(times) == n
     assert elapsed >= (n - burst) / qps * 0.9  # a lower bound: a slow machine only makes it slower
-    for i, t in enumerate(times):  # in every window, at most burst + rate * window requests (+1 for rounding)
+    # In every 1 s window, at most burst + rate * (1 s + jitter) arrivals: sends are paced exactly, arrivals
+    # may bunch up by the network delay (allowed up to 0.25 s here, generously).
+    for i, t in enumerate(times):
         in_window = sum(1 for u in times[i:] if u - t <= 1.0)
-        assert in_window <= burst + qps * 1.0 + 1
+        assert in_window <= burst + qps * 1.25 + 1
 
 
 async def test_in_flight_cap(k8s_server: KubeTestServer, make_backend: BackendFactory) -> None:

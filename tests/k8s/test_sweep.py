@@ -96,3 +96,24 @@ async def test_a_create_that_lands_after_its_destroy_is_reaped(
     assert k8s_server.events(spec.sandbox_id)[0] == "ADDED"
     deletes = k8s_server.calls("DELETE", spec.sandbox_id)
     assert len(deletes) == 2
+
+
+async def test_list_follows_continue_tokens(
+    k8s_server: KubeTestServer, make_backend: BackendFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cwsandbox_async.backends.kubernetes import _inventory
+
+    monkeypatch.setattr(_inventory, "LIST_LIMIT", 2)
+    backend = make_backend()
+    ids = set()
+    for _ in range(5):
+        spec = make_spec("paged")
+        await backend.create(spec)
+        ids.add(spec.sandbox_id)
+    before = len(k8s_server.calls("GET", r"/pods$", watch=False))
+    assert {i.sandbox_id for i in await backend.list(["paged"])} == ids
+    pages = k8s_server.calls("GET", r"/pods$", watch=False)[before:]
+    assert [p.param("limit") for p in pages] == ["2", "2", "2"]
+    assert [bool(p.param("continue")) for p in pages] == [False, True, True]
+    await backend.aclose()
+    await wait_no_pods(k8s_server)

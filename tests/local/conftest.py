@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
+import anyio
 import pytest
 
 import cwsandbox_async as cwa
@@ -89,6 +92,39 @@ async def backend() -> AsyncIterator[LocalBackend]:
     await b.aclose()
 
 
-def local_session(tag: str, **defaults: object) -> cwa.Session:
-    """A Session on the local backend whose sandboxes carry ``tag``."""
-    return cwa.Session(cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults), backend="local")
+def local_session(tag: str, isolation: str = "auto", **defaults: object) -> cwa.Session:
+    """A Session on the local backend whose sandboxes carry ``tag`` (``isolation="plain"``: bwrap per exec)."""
+    options = {"agent": "plain"} if isolation == "plain" else {"isolation": isolation}
+    return cwa.Session(
+        cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults), backend="local", backend_options=options
+    )
+
+
+@pytest.fixture(params=["bwrap", "unshare", "plain"])
+def isolation(request: pytest.FixtureRequest) -> str:
+    """Both isolation levels and the plain exec path; unshare is skipped where it cannot run."""
+    if request.param == "unshare" and shutil.which("unshare") is None:
+        pytest.skip("no unshare binary")
+    return str(request.param)
+
+
+async def wait_until(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    """Poll ``predicate`` (another process's state) until it holds; ``TimeoutError`` after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {within} s")
+        await anyio.sleep(0.02)
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def home_dir() -> str:
+    return os.path.expanduser("~")

@@ -20,7 +20,15 @@ from cwsandbox_async.backends.local import LocalBackend
 from cwsandbox_async.backends.local._registry import Registry, pid_alive
 from cwsandbox_async.testing.contract import make_spec
 
-from .conftest import child_pids, host_processes_matching, local_session, open_fds, requires_isolation
+from .conftest import (
+    child_pids,
+    exists,
+    host_processes_matching,
+    local_session,
+    open_fds,
+    requires_isolation,
+    wait_until,
+)
 
 pytestmark = requires_isolation
 
@@ -57,8 +65,7 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
         assert proc.stdout is not None
         with anyio.fail_after(60):
             info = json.loads(await proc.stdout.readline())
-            while not host_processes_matching(f"sleep {marker}".encode()):
-                await anyio.sleep(0.02)
+        await wait_until(lambda: bool(host_processes_matching(f"sleep {marker}".encode())), 30)
     finally:
         proc.kill()
         await proc.wait()
@@ -75,7 +82,7 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
         swept = await s.sweep([tag])
         assert sorted(swept) == sorted(info["ids"])
         assert await s.list([tag]) == []
-    assert not any(os.path.exists(p) for p in info["cgroups"])
+    assert not any(exists(p) for p in info["cgroups"])
 
 
 async def test_list_and_destroy_a_live_sandbox_of_another_backend(tag: str) -> None:
@@ -87,9 +94,8 @@ async def test_list_and_destroy_a_live_sandbox_of_another_backend(tag: str) -> N
         assert (info.sandbox_id, info.status, info.owner_alive) == (spec.sandbox_id, cwa.SandboxStatus.RUNNING, True)
         assert await other.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING
         await other.destroy(spec.sandbox_id)
-        with anyio.fail_after(10):
-            while await owner.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING:
-                await anyio.sleep(0.02)
+        await wait_until(lambda: owner._boxes[spec.sandbox_id].channel.exited.is_set(), 10)  # type: ignore[union-attr]
+        assert await owner.status(spec.sandbox_id) is cwa.SandboxStatus.FAILED
         assert await other.list([tag]) == []
     finally:
         await owner.destroy(spec.sandbox_id)
@@ -114,9 +120,7 @@ async def test_no_fd_process_task_or_thread_leaks(tag: str) -> None:
     threads = threading.active_count()
     for _ in range(3):
         await cycle()
-    with anyio.fail_after(5):
-        while threading.active_count() > threads:  # asyncio's child watcher threads finish
-            await anyio.sleep(0.02)
+    await wait_until(lambda: threading.active_count() <= threads)  # asyncio's child watcher threads end
     assert open_fds() == fds
     assert child_pids() == kids
     assert len(asyncio.all_tasks()) == tasks
@@ -208,7 +212,9 @@ async def test_bad_inputs_are_validation_errors(tag: str) -> None:
             load_backend("local", **options)
     backend = LocalBackend()
     with pytest.raises(cwa.SandboxValidationError):
-        await backend.create(make_spec(tag).__class__(sandbox_id="../evil", session_id="x", defaults=cwa.SandboxDefaults()))
+        await backend.create(
+            make_spec(tag).__class__(sandbox_id="../evil", session_id="x", defaults=cwa.SandboxDefaults())
+        )
 
 
 async def test_registry_entries_follow_the_sandbox(tag: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
 
-from .conftest import host_processes_matching, local_session, requires_isolation
+from .conftest import exists, host_processes_matching, local_session, read_text, requires_isolation, wait_until
 
 pytestmark = requires_isolation
 
@@ -45,10 +45,8 @@ async def test_fork_bomb_is_contained(tag: str) -> None:
         assert errno == 11 and count < 60, r  # EAGAIN well before the limit's slack is gone
         # A classic shell bomb ends with a result, within its timeout.
         start = time.monotonic()
-        try:
-            r = await bombed.exec("b() { b | b & }; b; sleep 2", timeout_seconds=5)
-        except cwa.SandboxTimeoutError as exc:
-            assert exc.result is not None and exc.result.timed_out
+        r = await bombed.exec("b() { b | b & }; b; sleep 1; echo bomb done", timeout_seconds=10)
+        assert r.stdout.endswith("bomb done\n")  # ended with a result, well within its timeout
         assert time.monotonic() - start < 15
         assert (await other.exec(["echo", "fine"])).stdout == "fine\n"
         assert (await bombed.exec(["echo", "alive"])).stdout == "alive\n"
@@ -120,9 +118,7 @@ async def test_cancelled_exec_kills_its_command(tag: str) -> None:
         sb = await s.sandbox()
         with anyio.move_on_after(0.5):
             await sb.exec(["sleep", "4242"], timeout_seconds=60)
-        with anyio.fail_after(5):
-            while host_processes_matching(b"sleep 4242"):
-                await anyio.sleep(0.05)
+        await wait_until(lambda: not host_processes_matching(b"sleep 4242"))
         assert (await sb.exec(["echo", "ok"])).stdout == "ok\n"
 
 
@@ -154,12 +150,9 @@ async def test_cgroup_is_created_and_removed() -> None:
     async with cwa.Session(backend=backend) as s:
         sb = await s.sandbox()
         paths = list(backend._boxes[sb.sandbox_id].cgroup.paths)  # type: ignore[union-attr]
-        assert paths and all(os.path.isdir(p) for p in paths)
+        assert paths and all(exists(p) for p in paths)
         assert backend.limits.get("pids", "").startswith("cgroup")
-        procs = set()
-        for p in paths:
-            with open(os.path.join(p, "cgroup.procs")) as f:
-                procs.update(f.read().split())
+        procs = {pid for p in paths for pid in read_text(f"{p}/cgroup.procs").split()}
         assert len(procs) >= 2  # bwrap and the agent (and its spare worker)
         await sb.stop()
-        assert not any(os.path.exists(p) for p in paths)
+        assert not any(exists(p) for p in paths)

@@ -1,7 +1,8 @@
-"""The backend contract suite on LocalBackend (real bubblewrap sandboxes)."""
+"""The backend contract suite on LocalBackend: bwrap with the agent, unshare, and the plain exec path."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,6 +18,26 @@ class TestLocalBackendContract(BackendContract):
     @pytest.fixture
     async def backend(self) -> AsyncIterator[LocalBackend]:
         b = LocalBackend()
+        yield b
+        await b.aclose()
+        assert b._boxes == {}
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare binary (util-linux)")
+class TestUnshareContract(BackendContract):
+    @pytest.fixture
+    async def backend(self) -> AsyncIterator[LocalBackend]:
+        b = LocalBackend(isolation="unshare")
+        yield b
+        await b.aclose()
+        assert b.isolation == "unshare" and b._boxes == {}
+
+
+@requires_isolation
+class TestPlainExecContract(BackendContract):
+    @pytest.fixture
+    async def backend(self) -> AsyncIterator[LocalBackend]:
+        b = LocalBackend(agent="plain")
         yield b
         await b.aclose()
         assert b._boxes == {}

@@ -42,7 +42,7 @@ async def test_run_python_output_exit_codes_and_io(tag: str) -> None:
             await sb.run_python("raise ValueError", check=True)
         r = await sb.run_python("import atexit; atexit.register(print, 'at exit')")
         assert r.stdout == "at exit\n"
-        assert sb.exec_stats["exec_count"] == 9
+        assert sb.exec_stats["exec_count"] == 8
 
 
 async def test_run_python_is_isolated_from_the_agent_and_between_runs(tag: str) -> None:

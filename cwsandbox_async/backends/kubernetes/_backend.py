@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import math
-import os
-import socket
 import time
 import uuid
 from collections import OrderedDict
@@ -35,21 +32,18 @@ from ._client import KubeApiError, KubeClient
 from ._config import load_config
 from ._exec import KILL_AFTER_SECONDS, ExecStatusError, StreamResult, exit_code, stream_exec, wrap_command
 from ._files import read_argv, read_result, write_argv, write_result
+from ._inventory import list_pods, pods_path, sandbox_info
 from ._manifest import (
     DRIVER_LABEL,
-    HOST_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
-    PID_ANNOTATION,
-    SESSION_LABEL,
     build_pod,
     selector,
     tag_selector,
-    tags_of,
 )
 from ._options import KubernetesOptions
 from ._podstate import MAIN_CONTAINER, PodView, view
-from ._watch import PodWatch, pods_path
+from ._watch import PodWatch
 
 __all__ = ["KubernetesBackend"]
 
@@ -362,7 +356,7 @@ class KubernetesBackend(Backend):
         self._remember_destroyed(sandbox_id)  # first: a create still in flight is reaped when it lands
         try:
             await self._delete(sandbox_id)
-        except BaseException:
+        except SandboxError:
             self._destroyed.pop(sandbox_id, None)  # still there: list and sweep must see it
             raise
         self._cpu_seconds.pop(sandbox_id, None)
@@ -376,54 +370,10 @@ class KubernetesBackend(Backend):
             return cached.status
         return (await self._pod_view(sandbox_id)).status
 
-    async def _list_pods(self, label_selector: str) -> list[dict[str, Any]]:
-        client, ns = await self._ensure()
-        pods: list[dict[str, Any]] = []
-        cont = ""
-        while True:
-            params = [("labelSelector", label_selector), ("limit", "500")]
-            if cont:
-                params.append(("continue", cont))
-            doc = await client.request("GET", pods_path(ns), params=params, what="list pods")
-            pods.extend(doc.get("items") or [])
-            cont = (doc.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                return pods
-
-    def _info(self, pod: dict[str, Any]) -> SandboxInfo:
-        meta = pod.get("metadata") or {}
-        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-        try:
-            created = parse_rfc3339(meta["creationTimestamp"])
-        except (KeyError, TypeError, ValueError):
-            created = 0.0
-        pid: int | None = None
-        alive: bool | None = None
-        with contextlib.suppress(KeyError, ValueError):
-            pid = int(annotations[PID_ANNOTATION])
-        if pid is not None and annotations.get(HOST_ANNOTATION) == socket.gethostname()[:253]:
-            try:
-                os.kill(pid, 0)
-                alive = True
-            except ProcessLookupError:
-                alive = False
-            except PermissionError:
-                alive = True
-        return SandboxInfo(
-            sandbox_id=meta["name"],
-            tags=tags_of(pod),
-            status=view(meta["name"], pod).status,
-            created_at=created,
-            session_id=labels.get(SESSION_LABEL),
-            owner_pid=pid,
-            owner_alive=alive,
-            backend=self.name,
-        )
-
     async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
-        sel = selector(f"{MANAGED_BY_LABEL}={MANAGED_BY}", *tag_selector(tags))
-        pods = await self._list_pods(sel)
-        return [self._info(p) for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        client, ns = await self._ensure()
+        pods, _ = await list_pods(client, ns, selector(f"{MANAGED_BY_LABEL}={MANAGED_BY}", *tag_selector(tags)))
+        return [sandbox_info(p, self.name) for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
     # -- extras ----------------------------------------------------------------
     async def sweep(

@@ -145,8 +145,8 @@ async def stream_exec(
     """Run ``argv`` in the pod and collect its output until the status arrives.
 
     Stops early (and closes the socket, which ends the command's pipes) when a stream
-    passes its cap (``max_stdout``/``max_stderr`` bytes) (``truncated``) or ``deadline_seconds`` pass
-    (``deadline_hit``). Raises ``KubeApiError``/``SandboxBackendUnavailableError`` if the
+    passes its cap, ``max_stdout``/``max_stderr`` bytes (``truncated``), or when
+    ``deadline_seconds`` pass (``deadline_hit``). Raises ``KubeApiError``/``SandboxBackendUnavailableError`` if the
     upgrade fails and ``SandboxTransportError`` if the socket breaks.
     """
     params = exec_params(argv, container)
@@ -190,7 +190,10 @@ async def stream_exec(
                         if truncated:
                             return
                     elif channel == 3:
-                        status = json.loads(payload)
+                        doc = json.loads(payload)
+                        if not isinstance(doc, dict):
+                            raise ValueError(f"status channel sent {type(doc).__name__}, not a Status object")
+                        status = doc
                         with anyio.move_on_after(DRAIN_SECONDS):
                             async for _ in ws:  # wait for the close; frames after the status are ignored
                                 pass

@@ -29,22 +29,18 @@ import anyio
 from ..._errors import SandboxTimeoutError
 from ..._log import log
 from ._client import KubeApiError, KubeClient
+from ._inventory import list_pods, pods_path
 from ._podstate import PodView, view
 
 __all__ = ["PodWatch"]
 
 STALE_SECONDS = 30.0
-UNHEALTHY_POLL_SECONDS = 2.0
+UNHEALTHY_POLL_SECONDS = 5.0
 MAX_BACKOFF = 10.0
-LIST_LIMIT = 500
 
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
-
-
-def pods_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
 
 
 class PodWatch:
@@ -188,24 +184,13 @@ class PodWatch:
 
     async def _relist(self) -> str:
         self.relists += 1
-        seen: dict[str, dict[str, Any]] = {}
-        cont = ""
-        while True:
-            params = [("labelSelector", self._selector), ("limit", str(LIST_LIMIT))]
-            if cont:
-                params.append(("continue", cont))
-            doc = await self._client.request("GET", pods_path(self._namespace), params=params, what="list pods")
-            for pod in doc.get("items") or []:
-                seen[pod["metadata"]["name"]] = pod
-            meta = doc.get("metadata") or {}
-            cont = meta.get("continue") or ""
-            if not cont:
-                break
+        pods, rv = await list_pods(self._client, self._namespace, self._selector)
+        seen = {p["metadata"]["name"]: p for p in pods}
         for name in [n for n in self.pods if n not in seen]:
             self.observe(name, None)
         for name, pod in seen.items():
             self.observe(name, pod)
-        return str(meta.get("resourceVersion") or "")
+        return rv
 
     async def _watch_once(self, rv: str) -> str:
         """One watch request; returns the resourceVersion to resume from. Raises ``_Gone`` on 410."""
@@ -234,6 +219,7 @@ class PodWatch:
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # the stream broke: resume from rv
             log.debug("k8s watch stream broke; resuming", error=repr(exc))
+            await anyio.sleep(random.uniform(0.05, 0.25))
         return rv
 
     def _event(self, event: dict[str, Any], rv: str) -> str:

@@ -27,7 +27,9 @@ PID 1 its exit kills the whole namespace.
 from __future__ import annotations  # removed from the sandbox copy: _protocol's, at the top, applies
 
 try:  # in the package; inside the sandbox the source of these modules is prepended
+    from ._nsroot import become, build_root
     from ._protocol import (
+        BOOTSTRAP,
         HEADER,
         MAX_PAYLOAD,
         R_DATA,
@@ -44,6 +46,7 @@ try:  # in the package; inside the sandbox the source of these modules is prepen
         T_PY,
         T_READ,
         T_WRITE,
+        boot_payload,
         pack_meta,
         unpack_meta,
     )
@@ -56,6 +59,7 @@ try:  # in the package; inside the sandbox the source of these modules is prepen
         WREQ,
         Worker,
         children_of,
+        exit_status,
         kill_quietly,
         prctl,
         write_all,
@@ -84,7 +88,7 @@ CHUNK = 65536
 BACKSTOP_SECONDS = 5.0
 #: Seconds the agent waits for an exec's pipes to close after its worker reported.
 EOF_GRACE_SECONDS = 1.0
-MAX_IDLE_WORKERS = 4
+MAX_IDLE_WORKERS = 8
 
 
 class Exec:
@@ -328,7 +332,9 @@ class Agent:
         encoded = json.dumps(request, separators=(",", ":")).encode()
         message = WREQ.pack(W_RUN, len(encoded), len(source)) + encoded + source
         try:
-            sent = handle.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(stdin_fd, out_w, err_w))])
+            sent = handle.sock.sendmsg(
+                [message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(stdin_fd, out_w, err_w))]
+            )
             if sent < len(message):
                 handle.sock.sendall(message[sent:])
             ok = True
@@ -421,7 +427,7 @@ class Agent:
         if ex is not None:
             self.by_exec.pop(ex.rid, None)
             if ex.status is None:
-                rc = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+                rc = exit_status(status) if status is not None else -signal.SIGKILL
                 ex.status = (rc if rc < 0 else -signal.SIGKILL, 0.0, time.monotonic() >= ex.deadline)
                 ex.eof_deadline = time.monotonic() + EOF_GRACE_SECONDS
                 self.maybe_finish(ex)
@@ -564,8 +570,30 @@ def _noop(signum: int, frame: FrameType | None) -> None:
     pass
 
 
+def enter_unshared_root(config: dict[str, Any]) -> None:
+    """``unshare`` mode: build the file system, become the sandbox user, re-execute (drops capabilities)."""
+    build_root(config["mounts"], str(config.get("sandbox_id") or "sandbox"))
+    become(int(config["uid"]), int(config["gid"]))
+    rest = {k: v for k, v in config.items() if k != "mounts"}
+    source = globals()["__agent_source__"]
+    fd = os.memfd_create("cwsandbox-agent", 0)
+    write_all(fd, boot_payload(source, json.dumps(rest).encode()))
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.chdir(str(config.get("cwd") or "/"))
+    argv = [sys.executable, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", str(rest.get("sandbox_id")), str(fd)]
+    os.execv(sys.executable, argv)
+
+
 def main(argv: list[str]) -> None:
     config = json.loads(argv[-1]) if len(argv) > 1 else {}
+    if config.get("mounts") is not None:
+        try:
+            enter_unshared_root(config)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            os._exit(71)
     agent = Agent(config)
     try:
         agent.serve()

@@ -1,11 +1,14 @@
 """LocalBackend: sandboxes as long-lived bubblewrap process trees on this machine.
 
 One sandbox is one process tree: ``bwrap`` (new user, pid, net, ipc, uts and cgroup
-namespaces, see ``_bwrap``) running the agent (``_agent``) as PID 1, which forks each
-command. The backend talks to the agent over its stdin/stdout (``_channel``),
-creates a cgroup per sandbox where it may (``_cgroup``) and records every sandbox in
-an on-disk registry (``_registry``) so that ``list``/``destroy`` also reach sandboxes
-left by a driver that crashed.
+namespaces, see ``_bwrap``) running the agent (``_agent``) as PID 1, which runs each
+command in a reusable worker (``_worker``). The backend talks to the agent over
+its stdin/stdout (``_channel``), creates a cgroup per sandbox where it may
+(``_cgroup``) and records every sandbox in an on-disk registry (``_registry``) so
+``list``/``destroy`` also reach sandboxes left by a driver that crashed
+(``_leftover``). Where bwrap does not work, ``unshare`` and the agent build the
+same view (``_nsroot``); where no Python runs inside, each exec is its own bwrap
+(``_plain``). Which of these is used is probed once (``_probe``).
 
 Limits (``Resources``) and what enforces them:
 
@@ -13,13 +16,13 @@ Limits (``Resources``) and what enforces them:
 memory_mib         the sandbox's memory cgroup (the OOM killer SIGKILLs the largest
                    process; commands are preferred victims over the agent); without
                    a cgroup, RLIMIT_AS per process
-pids               the sandbox's pids cgroup (``pids.max`` = pids + 8 for the agent
-                   and per-exec monitors); without one, RLIMIT_NPROC (which binds
-                   only when the sandbox runs as a non-root host uid: it does when
-                   the driver is root, see ``host_uid``)
+pids               the sandbox's pids cgroup, ``pids.max`` = pids + 16 (the agent,
+                   bwrap and one worker per concurrent exec count too); without one,
+                   RLIMIT_NPROC, which binds only when the sandbox runs as a non-root
+                   host uid (it does when the driver is root, see ``host_uid``)
 cpu                the cgroup's CPU quota (no fallback)
-cpu_seconds        RLIMIT_CPU per process of an exec
-file_size_mib      RLIMIT_FSIZE per process of an exec; ``write_file`` checks it too
+cpu_seconds        RLIMIT_CPU of every process of an exec
+file_size_mib      RLIMIT_FSIZE of every process of an exec; ``write_file`` checks it
 tmp_mib            size of the /tmp tmpfs
 workspace_mib      size of the working directory's tmpfs
 max_output_bytes   the agent stops reading and kills the command past the cap
@@ -27,18 +30,16 @@ max_output_bytes   the agent stops reading and kills the command past the cap
 
 ``backend.limits`` says what enforced each limit for the last sandbox created.
 The local backend has no images: ``SandboxDefaults.image`` is ignored (logged once).
-This backend needs the asyncio event loop.
+It needs the asyncio event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -67,82 +68,45 @@ from ._bwrap import (
     bwrap_argv,
     find_bwrap,
     find_python,
-    parse_features,
+    mount_plan,
     pick_host_uid,
     sandbox_env,
     unshare_argv,
 )
-from ._cgroup import CgroupManager, SandboxCgroup, is_our_cgroup
+from ._cgroup import CgroupManager, SandboxCgroup, process_tree
 from ._channel import AgentChannel
-from ._protocol import T_EXEC, T_PY
+from ._leftover import destroy_leftover, entry_status, kill_group, remove_cgroup, remove_dir
+from ._plain import PlainSandbox
+from ._probe import Probe, ProbeRequest, probe
+from ._protocol import BOOTSTRAP, T_EXEC, T_PY, boot_payload
 from ._registry import Registry, pid_alive, proc_start_time
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
 ISOLATION_LEVELS = ("auto", "bwrap", "unshare", "none")
+AGENT_KINDS = ("auto", "python", "plain")
 #: Modules the agent imports at start, so ``run_python`` snippets find them warm.
 DEFAULT_PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "string")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-PIDS_OVERHEAD = 8
+PIDS_OVERHEAD = 16
 MIB = 1024 * 1024
 #: How long destroy waits for the agent to exit by itself before SIGKILL.
 EXIT_GRACE_SECONDS = 0.5
 _REMEMBER_DESTROYED = 4096
 
 
-#: The agent's first program: read ``u32 source length, u32 config length, source, config`` from
-#: stdin, then run the source as ``__main__`` with ``sys.argv = ["cwsandbox-agent", config]``.
-BOOTSTRAP = """import os,sys
-def r(n):
-    b=bytearray()
-    while len(b)<n:
-        c=os.read(0,n-len(b))
-        if not c:raise SystemExit(70)
-        b+=c
-    return bytes(b)
-h=r(8)
-s=int.from_bytes(h[:4],'big');c=int.from_bytes(h[4:],'big')
-src=r(s);sys.argv=['cwsandbox-agent',r(c).decode()]
-exec(compile(src,'<cwsandbox-agent>','exec'),{'__name__':'__main__'})
-"""
-
-
-def boot_payload(config: dict[str, Any]) -> bytes:
-    """What the backend writes first to a new agent's stdin (see ``BOOTSTRAP``)."""
-    src = agent_source().encode()
-    cfg = json.dumps(config, separators=(",", ":")).encode()
-    return len(src).to_bytes(4, "big") + len(cfg).to_bytes(4, "big") + src + cfg
-
-
 @lru_cache(maxsize=1)
 def agent_source() -> str:
-    """The agent program: ``_protocol``, ``_worker`` and ``_agent`` in one (all stdlib only)."""
+    """The agent program: ``_protocol``, ``_worker``, ``_nsroot`` and ``_agent`` in one (all stdlib only)."""
     here = Path(__file__).resolve().parent
-    parts = [(here / name).read_text() for name in ("_protocol.py", "_worker.py", "_agent.py")]
+    parts = [(here / name).read_text() for name in ("_protocol.py", "_worker.py", "_nsroot.py", "_agent.py")]
     future = "\nfrom __future__ import annotations"
     return "\n".join([parts[0], *(p.replace(future, "\n", 1) for p in parts[1:])])
 
 
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
-    return out
-
-
-@dataclass
-class _Probe:
-    level: str
-    bwrap: str | None = None
-    features: frozenset[str] = frozenset()
-    drop_uid: bool = False
-    detail: str = ""
+def boot_config(config: dict[str, Any]) -> bytes:
+    """What the backend writes first to a new agent's stdin (see ``_protocol.BOOTSTRAP``)."""
+    return boot_payload(agent_source().encode(), json.dumps(config, separators=(",", ":")).encode())
 
 
 @dataclass
@@ -150,9 +114,12 @@ class _Box:
     spec: SandboxSpec
     created_at: float = field(default_factory=time.time)
     channel: AgentChannel | None = None
+    plain: PlainSandbox | None = None
     pid: int | None = None
+    host_uid: int | None = None
     cgroup: SandboxCgroup | None = None
     workspace: str | None = None
+    rlimits: dict[str, int] = field(default_factory=dict)
     status: SandboxStatus = SandboxStatus.CREATING
     stopping: bool = False
     stopped: anyio.Event = field(default_factory=anyio.Event)
@@ -166,6 +133,8 @@ class LocalBackend(Backend):
     - ``isolation``: ``"auto"`` (bwrap, else unshare), ``"bwrap"``, ``"unshare"``, or
       ``"none"`` (no isolation at all: commands run as this user on the host, in a
       temporary directory standing in for the working directory; warns).
+    - ``agent``: ``"auto"`` (the Python agent, else the plain path), ``"python"``, or
+      ``"plain"`` (no agent: one bwrap per exec, about 10 times slower; see ``_plain``).
     - ``host_uid``: the host uid sandboxes run as. ``"auto"``: when this process is
       root, a random unprivileged uid per sandbox; otherwise this process's uid.
       ``None`` keeps this process's uid even as root (not recommended).
@@ -179,16 +148,18 @@ class LocalBackend(Backend):
     - ``state_dir``: where the registry lives (see ``_registry``).
 
     Raises ``SandboxBackendUnavailableError`` if the requested isolation cannot be
-    used here, and ``SandboxValidationError`` for bad options.
+    used here (at construction when nothing is installed, at the first ``create``
+    when a probe fails), and ``SandboxValidationError`` for bad options.
     """
 
     name = "local"
-    _probe_cache: ClassVar[dict[tuple[Any, ...], _Probe]] = {}
+    _probe_cache: ClassVar[dict[ProbeRequest, Probe]] = {}
 
     def __init__(
         self,
         *,
         isolation: str = "auto",
+        agent: str = "auto",
         host_uid: int | str | None = "auto",
         sandbox_uid: int = 1000,
         sandbox_gid: int = 1000,
@@ -202,10 +173,16 @@ class LocalBackend(Backend):
     ) -> None:
         if isolation not in ISOLATION_LEVELS:
             raise SandboxValidationError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}; got {isolation!r}")
-        if host_uid != "auto" and host_uid is not None and (not isinstance(host_uid, int) or host_uid <= 0):
+        if agent not in AGENT_KINDS or (agent == "plain" and isolation not in ("auto", "bwrap")):
+            raise SandboxValidationError(f"agent must be one of {', '.join(AGENT_KINDS)} (plain needs bwrap)")
+        if (
+            host_uid != "auto"
+            and host_uid is not None
+            and (isinstance(host_uid, bool) or not isinstance(host_uid, int))
+        ):
             raise SandboxValidationError("host_uid must be 'auto', None or a positive int")
-        if isinstance(host_uid, int) and os.geteuid() != 0:
-            raise SandboxValidationError("host_uid can only be chosen when running as root")
+        if isinstance(host_uid, int) and (host_uid <= 0 or os.geteuid() != 0):
+            raise SandboxValidationError("host_uid must be a positive int, and can only be chosen as root")
         for value, what in ((sandbox_uid, "sandbox_uid"), (sandbox_gid, "sandbox_gid")):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise SandboxValidationError(f"{what} must be a positive int (not 0: the sandbox is never root)")
@@ -213,6 +190,7 @@ class LocalBackend(Backend):
             if not isinstance(path, str) or not path.startswith("/") or "\x00" in path or path.rstrip("/") == "":
                 raise SandboxValidationError(f"expose/hide entries must be absolute paths other than /: {path!r}")
         self._requested = isolation
+        self._agent_kind = agent
         self._host_uid_setting = host_uid
         self._uid, self._gid = sandbox_uid, sandbox_gid
         self._expose = tuple(os.path.realpath(p) for p in expose)
@@ -223,9 +201,10 @@ class LocalBackend(Backend):
         self._cgroups = CgroupManager(enabled=cgroups, parent=cgroup_parent)
         self._boxes: dict[str, _Box] = {}
         self._destroyed: dict[str, None] = {}
-        self._probe: _Probe | None = None
+        self._probe: Probe | None = None
         self._probe_lock: anyio.Lock | None = None
         self._image_logged = False
+        #: What enforced each limit for the last sandbox created (see the module docstring).
         self.limits: dict[str, str] = {}
         self._bwrap = find_bwrap()
         self._unshare = shutil.which("unshare")
@@ -250,77 +229,37 @@ class LocalBackend(Backend):
     # -- isolation ---------------------------------------------------------------
     @property
     def isolation(self) -> str:
-        """``bwrap``, ``unshare`` or ``none``: what the last probe chose (the expected level before one ran)."""
+        """``bwrap``, ``unshare`` or ``none``: what the probe chose (the expected level before it ran)."""
         if self._probe is not None:
             return self._probe.level
         if self._requested != "auto":
             return self._requested
         return "bwrap" if self._bwrap is not None else "unshare"
 
-    async def _ensure_probe(self) -> _Probe:
+    async def _ensure_probe(self) -> Probe:
         if self._probe is not None:
             return self._probe
         if self._probe_lock is None:
             self._probe_lock = anyio.Lock()
         async with self._probe_lock:
             if self._probe is None:
-                key = (self._requested, self._bwrap, self._unshare, self._host_uid_setting, self._python, os.geteuid())
-                cached = LocalBackend._probe_cache.get(key)
-                if cached is None:
-                    cached = await self._run_probe()
-                    LocalBackend._probe_cache[key] = cached
-                self._probe = cached
-                log.debug("local isolation", level=cached.level, drop_uid=cached.drop_uid, detail=cached.detail)
+                key = ProbeRequest(
+                    requested=self._requested,
+                    agent=self._agent_kind,
+                    bwrap=self._bwrap,
+                    unshare=self._unshare,
+                    host_uid=self._host_uid_setting,
+                    python=self._python,
+                    python_prefix=self._python_prefix,
+                    uid=self._uid,
+                    gid=self._gid,
+                )
+                found = LocalBackend._probe_cache.get(key)
+                if found is None:
+                    found = LocalBackend._probe_cache[key] = await probe(key)
+                self._probe = found
+                log.debug("local isolation", level=found.level, drop_uid=found.drop_uid, plain=found.plain)
         return self._probe
-
-    async def _run_probe(self) -> _Probe:
-        if self._requested == "none":
-            return _Probe("none")
-        errors: list[str] = []
-        if self._requested in ("auto", "bwrap") and self._bwrap is not None:
-            help_text = await self._run([self._bwrap, "--help"], None)
-            features = parse_features(help_text[1])
-            candidates = [True, False] if pick_host_uid(self._host_uid_setting) is not None else [False]
-            for drop in candidates:
-                rc, out = await self._try_sandbox(self._bwrap, features, drop)
-                if rc == 0:
-                    if not drop and candidates == [True, False]:
-                        log.warning("bwrap cannot run as an unprivileged host uid here; sandboxes map to host root")
-                    return _Probe("bwrap", self._bwrap, features, drop, out.strip())
-                errors.append(f"bwrap{' as an unprivileged uid' if drop else ''}: {out.strip()[-500:]}")
-        if self._requested in ("auto", "unshare") and self._unshare is not None:
-            errors.append("unshare: the unshare fallback is not implemented yet")
-        raise SandboxBackendUnavailableError("no working isolation on this machine: " + " | ".join(errors))
-
-    async def _try_sandbox(self, bwrap: str, features: frozenset[str], drop: bool) -> tuple[int, str]:
-        layout = Layout(
-            hostname="cwsandbox-probe",
-            working_dir="/workspace",
-            tmp_bytes=MIB,
-            workspace_bytes=MIB,
-            network=False,
-            uid=self._uid,
-            gid=self._gid,
-            python_prefix=self._python_prefix,
-        )
-        argv = bwrap_argv(bwrap, features, layout, [self._python, "-I", "-S", "-c", "import os; print(os.getuid())"])
-        uid = pick_host_uid(self._host_uid_setting) if drop else None
-        rc, out = await self._run(argv, uid)
-        if rc == 0 and out.strip() != str(self._uid):
-            return 1, f"unexpected uid inside the sandbox: {out.strip()!r}"
-        return rc, out
-
-    @staticmethod
-    async def _run(argv: list[str], uid: int | None) -> tuple[int, str]:
-        kwargs: dict[str, Any] = {}
-        if uid is not None:
-            kwargs = {"user": uid, "group": uid, "extra_groups": []}
-        try:
-            with anyio.fail_after(30):
-                proc = await anyio.run_process(argv, check=False, cwd="/", env={"PATH": "/usr/bin:/bin"}, **kwargs)
-        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
-            return 1, str(exc)
-        return proc.returncode, (proc.stdout + proc.stderr).decode("utf-8", "replace")
 
     # -- create ------------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
@@ -334,11 +273,11 @@ class LocalBackend(Backend):
         if spec.defaults.image and not self._image_logged:
             self._image_logged = True
             log.info("the local backend has no images; image ignored", image=spec.defaults.image)
-        probe = await self._ensure_probe()
+        found = await self._ensure_probe()
         box = _Box(spec)
         self._boxes[sid] = box
         try:
-            await self._start(box, probe)
+            await self._start(box, found)
         except BaseException as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await self._teardown(box)
@@ -358,19 +297,56 @@ class LocalBackend(Backend):
             enforced["file_size"] = "rlimit"
         if res.pids and "pids" not in enforced:
             rl["nproc"] = int(res.pids) + PIDS_OVERHEAD
-            enforced["pids"] = "rlimit"
+            root = box.host_uid is None and os.geteuid() == 0
+            enforced["pids"] = "none (RLIMIT_NPROC does not bind host root)" if root else "rlimit"
         if res.memory_mib and "memory" not in enforced:
             rl["as"] = int(res.memory_mib * MIB)
             enforced["memory"] = "rlimit"
-        if res.tmp_mib:
-            enforced["tmp"] = "tmpfs"
-        if res.workspace_mib:
-            enforced["workspace"] = "tmpfs"
+        if box.plain is None:
+            enforced.update(tmp="tmpfs", workspace="tmpfs")
         return rl, enforced
 
-    async def _start(self, box: _Box, probe: _Probe) -> None:
+    def _layout(self, box: _Box) -> Layout:
+        d = box.spec.defaults
+        res = d.resources
+        return Layout(
+            hostname=box.spec.sandbox_id,
+            working_dir=d.working_dir,
+            tmp_bytes=int(res.tmp_mib * MIB) if res.tmp_mib else None,
+            workspace_bytes=int(res.workspace_mib * MIB) if res.workspace_mib else None,
+            network=d.network,
+            uid=self._uid,
+            gid=self._gid,
+            extra_expose=self._expose,
+            hide=self._hide,
+            python_prefix=self._python_prefix,
+            tmp_host=box.plain.tmp if box.plain else None,
+            workspace_host=box.plain.workspace if box.plain else None,
+        )
+
+    def _entry(self, box: _Box, found: Probe, exe: str) -> dict[str, Any]:
+        d = box.spec.defaults
+        return {
+            "sandbox_id": box.spec.sandbox_id,
+            "session_id": box.spec.session_id,
+            "tags": list(d.tags),
+            "created_at": box.created_at,
+            "owner_pid": os.getpid(),
+            "owner_start": proc_start_time(os.getpid()),
+            "pid": None,
+            "pid_start": None,
+            "exe": exe,
+            "isolation": found.level,
+            "plain": found.plain,
+            "host_uid": box.host_uid,
+            "cgroups": list(box.cgroup.paths) if box.cgroup else [],
+            "workspace": box.plain.base if box.plain else box.workspace,
+        }
+
+    async def _start(self, box: _Box, found: Probe) -> None:
         spec, d = box.spec, box.spec.defaults
         sid, res = spec.sandbox_id, d.resources
+        box.host_uid = pick_host_uid(self._host_uid_setting) if found.drop_uid else None
         if self._cgroups.available:
             box.cgroup = self._cgroups.create(
                 sid,
@@ -378,60 +354,67 @@ class LocalBackend(Backend):
                 memory_bytes=int(res.memory_mib * MIB) if res.memory_mib else None,
                 cpu=res.cpu,
             )
-        rlimits, enforced = self._limits(box)
-        host_uid = pick_host_uid(self._host_uid_setting) if probe.drop_uid else None
+        if found.plain:
+            box.plain = PlainSandbox(sid, box.host_uid)
+            box.rlimits, enforced = self._limits(box)
+            self._registry.write(self._entry(box, found, os.path.basename(found.bwrap or "bwrap")))
+            self.limits = enforced
+            box.status = SandboxStatus.RUNNING
+            return
+        box.rlimits, enforced = self._limits(box)
         env = {**sandbox_env(d.working_dir), **d.env}
         config: dict[str, Any] = {
             "sandbox_id": sid,
             "env": env,
-            "limits": rlimits,
-            "file_limit": rlimits.get("fsize"),
+            "limits": box.rlimits,
+            "file_limit": box.rlimits.get("fsize"),
             "preload": list(self._preload),
             "ttl": d.max_lifetime_seconds,
             "die_with_parent": True,
         }
-        if probe.level == "none":
-            box.workspace = tempfile.mkdtemp(prefix=f"ws-{sid}-", dir=self._registry.state_dir)
-            config["path_map"] = [[d.working_dir, box.workspace]]
-            config["env"] = {**env, "HOME": box.workspace}
-            config["oom_adjust"] = True
         command = [self._python, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", sid]
-        if probe.level == "bwrap":
-            assert probe.bwrap is not None
-            layout = Layout(
-                hostname=sid,
-                working_dir=d.working_dir,
-                tmp_bytes=int(res.tmp_mib * MIB) if res.tmp_mib else None,
-                workspace_bytes=int(res.workspace_mib * MIB) if res.workspace_mib else None,
-                network=d.network,
-                uid=self._uid,
-                gid=self._gid,
-                extra_expose=self._expose,
-                hide=self._hide,
-                python_prefix=self._python_prefix,
-            )
-            argv = bwrap_argv(probe.bwrap, probe.features, layout, command)
-        elif probe.level == "unshare":
+        if found.level == "bwrap":
+            assert found.bwrap is not None
+            argv = bwrap_argv(found.bwrap, found.features, self._layout(box), command)
+        elif found.level == "unshare":
             assert self._unshare is not None
+            config.update(mounts=mount_plan(self._layout(box)), uid=self._uid, gid=self._gid, cwd=d.working_dir)
             argv = unshare_argv(self._unshare, d.network, command)
         else:
+            box.workspace = tempfile.mkdtemp(prefix=f"ws-{sid}-", dir=self._registry.state_dir)
+            config.update(path_map=[[d.working_dir, box.workspace]], env={**env, "HOME": box.workspace})
             argv = command
-        entry: dict[str, Any] = {
-            "sandbox_id": sid,
-            "session_id": spec.session_id,
-            "tags": list(d.tags),
-            "created_at": box.created_at,
-            "owner_pid": os.getpid(),
-            "owner_start": proc_start_time(os.getpid()),
-            "pid": None,
-            "pid_start": None,
-            "exe": os.path.basename(argv[0]),
-            "isolation": probe.level,
-            "host_uid": host_uid,
-            "cgroups": list(box.cgroup.paths) if box.cgroup else [],
-            "workspace": box.workspace,
-        }
+        entry = self._entry(box, found, os.path.basename(argv[0]))
         self._registry.write(entry)
+        box.channel = await self._spawn(sid, argv, box.workspace or "/", box.host_uid)
+        box.channel.write_raw(boot_config(config))
+        assert box.channel.transport is not None
+        box.pid = box.channel.transport.get_pid()
+        entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
+        self._registry.write(entry)
+        await box.channel.ready.wait()
+        if box.channel.hello is None:
+            with anyio.move_on_after(1):
+                await box.channel.exited.wait()
+            tail = bytes(box.channel.stderr_tail).decode("utf-8", "replace").strip()
+            raise SandboxCreationError(
+                f"sandbox {sid} failed to start: {box.channel.closed_reason}: {tail[-2000:]}",
+                sandbox_id=sid,
+                reason="agent_start",
+            )
+        if box.cgroup is not None:
+            try:
+                for pid in process_tree(box.pid):  # nothing of the user's runs yet: the move is race-free
+                    box.cgroup.attach(pid)
+            except OSError as exc:
+                raise SandboxCreationError(
+                    f"sandbox {sid}: cannot move it into its cgroup: {exc}", sandbox_id=sid, reason="cgroup"
+                ) from exc
+        self.limits = enforced
+        box.status = SandboxStatus.RUNNING
+
+    @staticmethod
+    async def _spawn(sid: str, argv: list[str], cwd: str, host_uid: int | None) -> AgentChannel:
         kwargs: dict[str, Any] = {}
         if host_uid is not None:
             kwargs = {"user": host_uid, "group": host_uid, "extra_groups": []}
@@ -442,49 +425,24 @@ class LocalBackend(Backend):
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=box.workspace or "/",
+            cwd=cwd,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             start_new_session=True,
             **kwargs,
         )
-        box.channel = channel
-        channel.write_raw(boot_payload(config))
-        assert channel.transport is not None
-        box.pid = channel.transport.get_pid()
-        entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
-        self._registry.write(entry)
-        await channel.ready.wait()
-        if channel.hello is None:
-            with anyio.move_on_after(1):
-                await channel.exited.wait()
-            tail = bytes(channel.stderr_tail).decode("utf-8", "replace").strip()
-            raise SandboxCreationError(
-                f"sandbox {sid} failed to start: {channel.closed_reason}: {tail[-2000:]}",
-                sandbox_id=sid,
-                reason="agent_start",
-            )
-        if box.cgroup is not None:
-            try:
-                for pid in _descendants(box.pid):
-                    box.cgroup.attach(pid)
-            except OSError as exc:
-                raise SandboxCreationError(
-                    f"sandbox {sid}: cannot move it into its cgroup: {exc}", sandbox_id=sid, reason="cgroup"
-                ) from exc
-        self.limits = enforced
-        box.status = SandboxStatus.RUNNING
+        return channel
 
     # -- exec and files ----------------------------------------------------------
-    def _running(self, sandbox_id: str) -> AgentChannel:
+    def _running(self, sandbox_id: str) -> _Box:
         box = self._boxes.get(sandbox_id)
-        if box is None or box.channel is None or box.status is not SandboxStatus.RUNNING:
+        if box is None or box.status is not SandboxStatus.RUNNING:
             if sandbox_id in self._destroyed or (box is not None and box.stopping):
                 raise SandboxTerminatedError(f"sandbox {sandbox_id} was stopped", sandbox_id=sandbox_id)
             raise SandboxNotRunningError(f"sandbox {sandbox_id} is not running", sandbox_id=sandbox_id)
-        if not box.channel.alive:
+        if box.channel is not None and not box.channel.alive:
             box.status = SandboxStatus.FAILED
             raise box.channel.dead_error()
-        return box.channel
+        return box
 
     @staticmethod
     def _meta(request: ExecRequest) -> dict[str, Any]:
@@ -497,24 +455,54 @@ class LocalBackend(Backend):
         }
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
-        channel = self._running(sandbox_id)
-        return await channel.exec(T_EXEC, self._meta(request), request.stdin or b"", on_output)
+        box = self._running(sandbox_id)
+        if box.channel is not None:
+            return await box.channel.exec(T_EXEC, self._meta(request), request.stdin or b"", on_output)
+        return await self._plain_exec(box, request, on_output)
 
     async def run_python(
         self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
     ) -> ExecExit:
         """Run ``source`` in a fork of the agent's warm interpreter (see ``Sandbox.run_python``)."""
-        channel = self._running(sandbox_id)
+        box = self._running(sandbox_id)
+        if box.channel is None:
+            return await super().run_python(sandbox_id, source, request, on_output)
         meta = self._meta(request)
         stdin = request.stdin or b""
         meta["n"] = len(stdin)
-        return await channel.exec(T_PY, meta, stdin + source.encode("utf-8", "surrogateescape"), on_output)
+        return await box.channel.exec(T_PY, meta, stdin + source.encode("utf-8", "surrogateescape"), on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
-        return await self._running(sandbox_id).read_file(path, max_bytes)
+        box = self._running(sandbox_id)
+        if box.channel is not None:
+            return await box.channel.read_file(path, max_bytes)
+        req = ExecRequest(("cat", "--", path), "/", {}, None, 60.0, max_bytes + 1)
+        result = await self._plain_exec(box, req, None)
+        PlainSandbox.check_file_result(result, path, max_bytes)
+        return result.stdout
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
-        await self._running(sandbox_id).write_file(path, data)
+        box = self._running(sandbox_id)
+        if box.channel is not None:
+            await box.channel.write_file(path, data)
+            return
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        req = ExecRequest(("/bin/sh", "-c", script, "sh", path), "/", {}, data, 60.0, 1 << 16)
+        PlainSandbox.check_file_result(await self._plain_exec(box, req, None), path)
+
+    async def _plain_exec(self, box: _Box, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
+        found = self._probe
+        assert box.plain is not None and found is not None and found.bwrap is not None
+        d = box.spec.defaults
+        env = {**d.env, **request.env}
+        command = PlainSandbox.wrap(request.argv, box.rlimits)
+        layout = self._layout(box)
+
+        def build(block_fd: int) -> list[str]:
+            assert found.bwrap is not None
+            return bwrap_argv(found.bwrap, found.features, layout, command, block_fd, request.cwd, env)
+
+        return await box.plain.run(build, request, box.cgroup, box.host_uid, on_output)
 
     # -- destroy -----------------------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:
@@ -526,7 +514,7 @@ class LocalBackend(Backend):
             return
         entry = await anyio.to_thread.run_sync(self._registry.read, sandbox_id)
         if entry is not None:
-            await self._destroy_leftover(entry)
+            await destroy_leftover(entry, self._registry)
 
     async def _teardown(self, box: _Box) -> None:
         if box.stopping:
@@ -544,16 +532,19 @@ class LocalBackend(Backend):
                 with anyio.move_on_after(EXIT_GRACE_SECONDS):
                     await ch.exited.wait()
                 if not ch.exited.is_set() and box.pid is not None:
-                    _kill_group(box.pid)
+                    kill_group(box.pid)
                     with anyio.move_on_after(5):
                         await ch.exited.wait()
                 ch.close()
                 with anyio.move_on_after(2):
                     await ch.lost.wait()
+            if box.plain is not None:
+                box.plain.kill_all()
             if box.cgroup is not None:
-                await _remove_cgroup(box.cgroup)
-            if box.workspace:
-                shutil.rmtree(box.workspace, ignore_errors=True)
+                await remove_cgroup(box.cgroup)
+            if box.plain is not None:
+                box.plain.remove()
+            remove_dir(box.workspace, self._registry.state_dir)
             self._registry.remove(sid)
         finally:
             box.status = SandboxStatus.COMPLETED
@@ -562,22 +553,6 @@ class LocalBackend(Backend):
             if len(self._destroyed) > _REMEMBER_DESTROYED:
                 self._destroyed.pop(next(iter(self._destroyed)))
             box.stopped.set()
-
-    async def _destroy_leftover(self, entry: dict[str, Any]) -> None:
-        """Stop a sandbox another (possibly dead) process created: kill it if it is really ours, clean up."""
-        sid = str(entry["sandbox_id"])
-        pid = entry.get("pid")
-        if isinstance(pid, int) and pid_alive(pid, entry.get("pid_start")) and _is_sandbox_process(pid, entry):
-            _kill_group(pid)
-            await _wait_gone(pid, entry.get("pid_start"), 5.0)
-        paths = [p for p in entry.get("cgroups") or [] if isinstance(p, str) and is_our_cgroup(p)]
-        if paths:
-            await _remove_cgroup(SandboxCgroup(paths=paths))
-        ws = entry.get("workspace")
-        if isinstance(ws, str) and os.path.dirname(ws) == self._registry.state_dir:
-            shutil.rmtree(ws, ignore_errors=True)
-        self._registry.remove(sid)
-        log.info("leftover sandbox destroyed", sandbox_id=sid, owner_pid=entry.get("owner_pid"))
 
     # -- status and list -----------------------------------------------------------
     async def status(self, sandbox_id: str) -> SandboxStatus:
@@ -589,9 +564,9 @@ class LocalBackend(Backend):
         if sandbox_id in self._destroyed:
             return SandboxStatus.COMPLETED
         entry = self._registry.read(sandbox_id) if _ID_RE.match(sandbox_id) else None
-        if entry is not None and pid_alive(entry.get("pid"), entry.get("pid_start")):
-            return SandboxStatus.RUNNING
-        return SandboxStatus.FAILED
+        if entry is None:
+            return SandboxStatus.FAILED
+        return entry_status(entry, pid_alive(entry.get("owner_pid"), entry.get("owner_start")))
 
     async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
         wanted = set(tags)
@@ -604,19 +579,11 @@ class LocalBackend(Backend):
             sid = str(e["sandbox_id"])
             owner_alive = pid_alive(e.get("owner_pid"), e.get("owner_start"))
             box = self._boxes.get(sid)
-            if box is not None:
-                status = box.status
-            elif pid_alive(e.get("pid"), e.get("pid_start")):
-                status = SandboxStatus.RUNNING
-            elif e.get("pid") is None and owner_alive:
-                status = SandboxStatus.CREATING
-            else:
-                status = SandboxStatus.FAILED
             out.append(
                 SandboxInfo(
                     sandbox_id=sid,
                     tags=etags,
-                    status=status,
+                    status=box.status if box is not None else entry_status(e, owner_alive),
                     created_at=float(e.get("created_at") or 0.0),
                     session_id=e.get("session_id"),
                     owner_pid=e.get("owner_pid"),
@@ -633,41 +600,3 @@ class LocalBackend(Backend):
             async with anyio.create_task_group() as tg:
                 for box in list(self._boxes.values()):
                     tg.start_soon(self._teardown, box)
-
-
-def _kill_group(pid: int) -> None:
-    for target in (-pid, pid):
-        with contextlib.suppress(OSError):
-            os.kill(target, signal.SIGKILL)
-
-
-def _is_sandbox_process(pid: int, entry: dict[str, Any]) -> bool:
-    """True if ``pid`` runs the sandbox the entry describes (checked before killing a leftover)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\x00")
-    except OSError:
-        return False
-    exe = str(entry.get("exe") or "")
-    sid = str(entry["sandbox_id"]).encode()
-    return bool(argv) and os.path.basename(argv[0]).decode("utf-8", "replace") == exe and any(sid in a for a in argv)
-
-
-async def _wait_gone(pid: int, start: object, within: float) -> bool:
-    """Poll until a process we do not own (no child watcher for it) is gone; False on timeout."""
-    deadline = time.monotonic() + within
-    while pid_alive(pid, start):
-        if time.monotonic() > deadline:
-            return False
-        await anyio.sleep(0.01)
-    return True
-
-
-async def _remove_cgroup(cg: SandboxCgroup) -> None:
-    with anyio.move_on_after(5):
-        while True:
-            cg.kill_all()
-            if cg.try_remove():
-                return
-            await anyio.sleep(0.02)
-    log.warning("cgroup not removed", paths=cg.paths)

@@ -27,8 +27,9 @@ import os
 import random
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "DEFAULT_EXPOSE",
@@ -38,6 +39,7 @@ __all__ = [
     "bwrap_argv",
     "find_bwrap",
     "find_python",
+    "mount_plan",
     "parse_features",
     "pick_host_uid",
     "unshare_argv",
@@ -144,50 +146,114 @@ class Layout:
     extra_expose: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
     python_prefix: str | None = None
+    #: Host directories bound read-write at /tmp and the working directory instead of tmpfs
+    #: (the plain exec path, where each command is its own bwrap and state must outlive it).
+    tmp_host: str | None = None
+    workspace_host: str | None = None
 
 
-def _root_entries(expose: Sequence[str]) -> list[str]:
-    """bwrap arguments recreating the exposed top-level host directories (and symlinks) read-only."""
-    args: list[str] = []
-    tops = {e.strip("/") for e in expose}
+def mount_plan(layout: Layout) -> list[list[Any]]:
+    """The sandbox's file system as a list of steps, in order; rendered for bwrap or run by the agent.
+
+    Steps: ``["ro", host path, path]`` (read-only recursive bind), ``["rw", host path, path]``,
+    ``["symlink", target,
+    path]``, ``["dev", path]`` (minimal devices), ``["proc", path]``, ``["tmpfs", path,
+    size or None, mode, read_only]`` and ``["null", path]`` (a file masked by /dev/null).
+    The root itself ends read-only.
+    """
+    plan: list[list[Any]] = []
+    tops = {e.strip("/") for e in layout.expose}
     try:
         names = sorted(os.listdir("/"))
     except OSError:
         names = []
     for name in names:
+        path = "/" + name
         if name not in tops:
             continue
-        path = "/" + name
         if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
+            plan.append(["symlink", os.readlink(path), path])
         elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
+            plan.append(["ro", path, path])
+    for extra in layout.extra_expose:
+        if os.path.exists(extra):
+            plan.append(["ro", extra, extra])
+    if layout.python_prefix:
+        plan.append(["ro", layout.python_prefix, layout.python_prefix])
+    if layout.network and os.path.islink("/etc/resolv.conf"):
+        target = os.path.realpath("/etc/resolv.conf")
+        if os.path.exists(target):
+            plan.append(["ro", target, target])
+    if os.path.isdir("/sys"):
+        plan.append(["ro", "/sys", "/sys"])
+    plan.append(["dev", "/dev"])
+    plan.append(["tmpfs", "/dev/shm", SHM_BYTES, 0o1777, False])
+    plan.append(["proc", "/proc"])
+    visible = tuple("/" + t.strip("/") for t in layout.expose) + layout.extra_expose
+    for path in (*MASKED, *layout.hide):
+        if not any(path == v or path.startswith(v.rstrip("/") + "/") for v in visible):
+            continue
+        if os.path.islink(path) or not os.path.lexists(path):
+            continue
+        plan.append(["tmpfs", path, 4096, 0o755, True] if os.path.isdir(path) else ["null", path])
+    if layout.tmp_host:
+        plan.append(["rw", layout.tmp_host, "/tmp"])
+    else:
+        plan.append(["tmpfs", "/tmp", layout.tmp_bytes, 0o1777, False])
+    if layout.working_dir != "/tmp":
+        if layout.workspace_host:
+            plan.append(["rw", layout.workspace_host, layout.working_dir])
+        else:
+            plan.append(["tmpfs", layout.working_dir, layout.workspace_bytes, 0o755, False])
+    return plan
 
 
-def _mask(path: str, features: frozenset[str]) -> list[str]:
-    if os.path.islink(path) or not os.path.lexists(path):
-        return []
-    if os.path.isdir(path):
-        out = ["--tmpfs", path]
-        if "--remount-ro" in features:
-            out += ["--remount-ro", path]
-        return out
-    return ["--ro-bind", "/dev/null", path]
-
-
-def _sized_tmpfs(path: str, size: int | None, perms: str, features: frozenset[str]) -> list[str]:
+def _render(step: list[Any], features: frozenset[str]) -> list[str]:
+    kind = step[0]
+    if kind == "ro":
+        return ["--ro-bind", step[1], step[2]]
+    if kind == "rw":
+        return ["--bind", step[1], step[2]]
+    if kind == "symlink":
+        return ["--symlink", step[1], step[2]]
+    if kind == "proc":
+        return ["--proc", step[1]]
+    if kind == "null":
+        return ["--ro-bind", "/dev/null", step[1]]
+    if kind == "dev":
+        return ["--dev", step[1]]
+    _, path, size, mode, read_only = step
     out: list[str] = []
     if "--perms" in features:
-        out += ["--perms", perms]
+        out += ["--perms", f"{mode:o}"]
     if size is not None and "--size" in features:
         out += ["--size", str(size)]
-    return [*out, "--tmpfs", path]
+    out += ["--tmpfs", path]
+    if read_only and "--remount-ro" in features:
+        out += ["--remount-ro", path]
+    if path == "/dev/shm" and "--remount-ro" in features:
+        out += ["--remount-ro", "/dev"]  # /dev itself: nothing can be created there
+    return out
 
 
-def bwrap_argv(bwrap: str, features: frozenset[str], layout: Layout, command: Sequence[str]) -> list[str]:
-    """The full bwrap command line for one sandbox running ``command`` as its first process."""
+def bwrap_argv(
+    bwrap: str,
+    features: frozenset[str],
+    layout: Layout,
+    command: Sequence[str],
+    block_fd: int | None = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The full bwrap command line for one sandbox running ``command`` as its first process.
+
+    With ``block_fd``, bwrap sets everything up and then waits for a byte on that fd
+    before it starts ``command``. ``cwd`` (default: the working directory) and ``env``
+    (added to ``sandbox_env``) are the command's.
+    """
     args = [bwrap, "--unshare-all", "--unshare-user"]
+    if block_fd is not None:
+        args += ["--block-fd", str(block_fd)]
     if layout.network:
         args.append("--share-net")
     if "--disable-userns" in features:
@@ -196,34 +262,12 @@ def bwrap_argv(bwrap: str, features: frozenset[str], layout: Layout, command: Se
     if "--as-pid-1" in features:
         args.append("--as-pid-1")
     args += ["--uid", str(layout.uid), "--gid", str(layout.gid), "--hostname", layout.hostname]
-    args += _root_entries(layout.expose)
-    for extra in layout.extra_expose:
-        if os.path.exists(extra):
-            args += ["--ro-bind", extra, extra]
-    if layout.python_prefix:
-        args += ["--ro-bind", layout.python_prefix, layout.python_prefix]
-    if layout.network and os.path.islink("/etc/resolv.conf"):
-        target = os.path.realpath("/etc/resolv.conf")
-        if os.path.exists(target):
-            args += ["--ro-bind", target, target]
-    if os.path.isdir("/sys"):
-        args += ["--ro-bind", "/sys", "/sys"]
-    args += ["--dev", "/dev"]
-    args += _sized_tmpfs("/dev/shm", SHM_BYTES, "1777", features)
-    if "--remount-ro" in features:
-        args += ["--remount-ro", "/dev"]
-    args += ["--proc", "/proc"]
-    visible = tuple("/" + t.strip("/") for t in layout.expose) + layout.extra_expose
-    for path in (*MASKED, *layout.hide):
-        if any(path == v or path.startswith(v.rstrip("/") + "/") for v in visible):
-            args += _mask(path, features)
-    args += _sized_tmpfs("/tmp", layout.tmp_bytes, "1777", features)
-    if layout.working_dir != "/tmp":
-        args += _sized_tmpfs(layout.working_dir, layout.workspace_bytes, "0755", features)
+    for step in mount_plan(layout):
+        args += _render(step, features)
     if "--remount-ro" in features:
         args += ["--remount-ro", "/"]
-    args += ["--chdir", layout.working_dir, "--clearenv"]
-    for key, value in sandbox_env(layout.working_dir).items():
+    args += ["--chdir", cwd or layout.working_dir, "--clearenv"]
+    for key, value in {**sandbox_env(layout.working_dir), **(env or {})}.items():
         args += ["--setenv", key, value]
     return [*args, *command]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ..._log import log
 
-__all__ = ["PREFIX", "CgroupManager", "SandboxCgroup", "is_our_cgroup"]
+__all__ = ["PREFIX", "CgroupManager", "SandboxCgroup", "is_our_cgroup", "process_tree"]
 
 PREFIX = "cwsandbox_async-"
 CONTROLLERS = ("pids", "memory", "cpu")
@@ -82,6 +82,20 @@ def _join(mount_root: str, mount_point: str, path: str) -> str | None:
         return None
     rel = path[len(mount_root) :] if mount_root != "/" else path
     return os.path.join(mount_point, rel.lstrip("/"))
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (via ``/proc/PID/task/PID/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return out
 
 
 def is_our_cgroup(path: str) -> bool:

@@ -38,6 +38,25 @@ TYPE_CHECKING = False  # typing is not imported at run time: the agent starts fa
 if TYPE_CHECKING:
     from typing import Any
 
+#: The agent's first program (``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``): read
+#: ``u32 source length, u32 config length, source, config`` from fd 0 (or the fd given), then run
+#: the source as ``__main__`` with ``sys.argv = ["cwsandbox-agent", config]``.
+BOOTSTRAP = """import os,sys
+fd=int(sys.argv[3]) if len(sys.argv)>3 else 0
+def r(n):
+    b=bytearray()
+    while len(b)<n:
+        c=os.read(fd,n-len(b))
+        if not c:raise SystemExit(70)
+        b+=c
+    return bytes(b)
+h=r(8)
+s=int.from_bytes(h[:4],'big');c=int.from_bytes(h[4:],'big')
+src=r(s);sys.argv=['cwsandbox-agent',r(c).decode()]
+if fd:os.close(fd)
+exec(compile(src,'<cwsandbox-agent>','exec'),{'__name__':'__main__','__agent_source__':src})
+"""
+
 HEADER = struct.Struct(">IBI")
 META_LEN = struct.Struct(">I")
 #: Largest payload either side accepts (a 256 MiB file plus its metadata).
@@ -58,6 +77,11 @@ R_DATA = 19
 R_OK = 20
 R_FAIL = 21
 R_HELLO = 22
+
+
+def boot_payload(source: bytes, config: bytes) -> bytes:
+    """What BOOTSTRAP reads: the agent's source and its JSON configuration, length-prefixed."""
+    return len(source).to_bytes(4, "big") + len(config).to_bytes(4, "big") + source + config
 
 
 def pack_frame(rid: int, ftype: int, payload: bytes = b"") -> bytes:

@@ -108,6 +108,13 @@ def children_of(pid: int) -> list[int]:
     return kids
 
 
+def exit_status(status: int) -> int:
+    """A wait status as a return code (negative: killed by that signal); also on Python < 3.9."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
 def kill_quietly(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -346,7 +353,7 @@ class Worker:
         reap_descendants()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        self.report(os.waitstatus_to_exitcode(status), cpu, timed_out)
+        self.report(exit_status(status), cpu, timed_out)
         return None
 
     def wait(self, timeout: float) -> bool:

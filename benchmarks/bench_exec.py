@@ -1,0 +1,143 @@
+"""Exec round trip on a warm local sandbox versus a bare host subprocess, and sandbox creation latency.
+
+For ``true`` and ``python3 -c pass``, at concurrency 1 and 8, the same command is
+run alternately through ``Sandbox.exec`` on a warm local sandbox (the whole library
+path: validation, deadline, agent round trip, metrics) and with
+``asyncio.create_subprocess_exec`` on the host (stdout/stderr piped, as the
+sandbox does). Both sides use the same interpreter for ``python3`` (the one the
+sandbox finds on its PATH). ``run_python("pass")`` (a fork of the agent's warm
+interpreter) is compared with the host's ``python3 -c pass``. Creation latency is
+``session.sandbox()`` until ready, each sandbox stopped after.
+
+    python -m benchmarks.bench_exec [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+import cwsandbox_async as cwa
+from cwsandbox_async.backends.local._bwrap import SANDBOX_PATH
+
+from ._common import parse_args, summary, write_json
+
+
+async def host_run(argv: list[str]) -> None:
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} exited {proc.returncode}")
+
+
+async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
+    await fn()
+    return time.perf_counter() - start
+
+
+async def paired(
+    ours: Callable[[], Awaitable[Any]], base: Callable[[], Awaitable[Any]], n: int, concurrency: int
+) -> tuple[list[float], list[float], float, float]:
+    """Latencies of ``ours`` and ``base`` run alternately in ``concurrency`` parallel loops; and ops/s."""
+    a: list[float] = []
+    b: list[float] = []
+    busy = {"ours": 0.0, "base": 0.0}
+
+    async def loop(count: int) -> None:
+        for _ in range(count):
+            t = await timed(ours)
+            a.append(t)
+            busy["ours"] += t
+            t = await timed(base)
+            b.append(t)
+            busy["base"] += t
+
+    for _ in range(3):  # warm-up, not recorded
+        await ours()
+        await base()
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(loop, max(1, n // concurrency))
+    rate_ours = len(a) * concurrency / busy["ours"] if busy["ours"] else 0.0
+    rate_base = len(b) * concurrency / busy["base"] if busy["base"] else 0.0
+    return a, b, rate_ours, rate_base
+
+
+def ms(stats: dict[str, float]) -> dict[str, float]:
+    return {k: (round(v * 1000, 3) if k != "n" else v) for k, v in stats.items()}
+
+
+async def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    n_true = 100 if args.quick else 600
+    n_py = 20 if args.quick else 120
+    n_create = 10 if args.quick else 60
+    python3 = shutil.which("python3", path=SANDBOX_PATH) or "python3"
+    results: dict[str, Any] = {"python3": python3, "quick": args.quick}
+    headline: dict[str, float] = {}
+    async with cwa.Session(cwa.SandboxDefaults(tags=("bench:exec",)), backend="local") as session:
+        sb = await session.sandbox()
+        results["isolation"] = session.backend.isolation
+        cases = [
+            ("true", ["true"], n_true),
+            ("python3 -c pass", [python3, "-c", "pass"], n_py),
+        ]
+        for name, argv, n in cases:
+            for conc in (1, 8):
+                a, b, rate_a, rate_b = await paired(
+                    lambda argv=argv: sb.exec(argv), lambda argv=argv: host_run(argv), n, conc
+                )
+                sa, sb_ = summary(a), summary(b)
+                key = f"{name} c={conc}"
+                results[key] = {
+                    "sandbox_ms": ms(sa),
+                    "host_ms": ms(sb_),
+                    "ratio_p50": sa["p50"] / sb_["p50"],
+                    "ratio_p99": sa["p99"] / sb_["p99"],
+                    "sandbox_ops_per_s": rate_a,
+                    "host_ops_per_s": rate_b,
+                }
+                headline[f"{name} c={conc} ratio p50"] = round(sa["p50"] / sb_["p50"], 3)
+                print(
+                    f"{key:24s} sandbox p50 {sa['p50'] * 1e3:7.2f} ms p99 {sa['p99'] * 1e3:7.2f} ms | "
+                    f"host p50 {sb_['p50'] * 1e3:7.2f} ms p99 {sb_['p99'] * 1e3:7.2f} ms | "
+                    f"ratio p50 {sa['p50'] / sb_['p50']:.2f} p99 {sa['p99'] / sb_['p99']:.2f}",
+                    flush=True,
+                )
+        a, b, _, _ = await paired(lambda: sb.run_python("pass"), lambda: host_run([python3, "-c", "pass"]), n_py, 1)
+        sa, sb_ = summary(a), summary(b)
+        results["run_python pass vs host python3 -c pass"] = {
+            "sandbox_ms": ms(sa),
+            "host_ms": ms(sb_),
+            "ratio_p50": sa["p50"] / sb_["p50"],
+        }
+        headline["run_python ratio p50"] = round(sa["p50"] / sb_["p50"], 3)
+        print(
+            f"{'run_python(pass)':24s} sandbox p50 {sa['p50'] * 1e3:7.2f} ms | host python3 -c pass p50 "
+            f"{sb_['p50'] * 1e3:7.2f} ms | ratio {sa['p50'] / sb_['p50']:.3f}",
+            flush=True,
+        )
+        creates: list[float] = []
+        for _ in range(n_create):
+            start = time.perf_counter()
+            box = await session.sandbox()
+            creates.append(time.perf_counter() - start)
+            await box.stop()
+        sc = summary(creates)
+        results["create"] = ms(sc)
+        headline["create p50 ms"] = round(sc["p50"] * 1000, 2)
+        headline["create p99 ms"] = round(sc["p99"] * 1000, 2)
+        print(f"{'create':24s} p50 {sc['p50'] * 1e3:7.2f} ms p99 {sc['p99'] * 1e3:7.2f} ms", flush=True)
+    results["headline"] = headline
+    path = write_json("exec", results)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    anyio.run(main)
