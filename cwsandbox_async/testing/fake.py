@@ -7,7 +7,9 @@ interpreted by a tiny built-in shell (``true``, ``false``, ``echo``, ``cat``,
 
 The backend counts what a leak test needs: ``live`` (sandboxes alive or being
 created), ``max_live``, ``created``, ``destroyed``, ``exec_in_flight`` and
-``max_exec_in_flight``.
+``max_exec_in_flight``; ``lost`` holds the ids whose destroy an injected fault
+dropped (``lost_delete``, ``destroy_hang``, ``destroy_failure``) and that are still
+alive, so a test can check that exactly those are left for a sweep.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class Faults:
     truncated_stream: float = 0.0  # the stream ends without an exit status (SandboxTransportError)
     lost_delete: float = 0.0  # destroy returns but the sandbox lives on (a sweep must find it)
     idle_death: float = 0.0  # after create, the sandbox dies on its own after a short while
+    destroy_hang: float = 0.0  # destroy never returns and the sandbox lives on (the caller's deadline must fire)
+    destroy_failure: float = 0.0  # destroy raises SandboxTransportError and the sandbox lives on
 
 
 @dataclass
@@ -122,6 +126,7 @@ class FakeBackend(Backend):
         self.exec_count = 0
         self.exec_in_flight = 0
         self.max_exec_in_flight = 0
+        self.lost: set[str] = set()
         self.closed = False
 
     @property
@@ -282,10 +287,19 @@ class FakeBackend(Backend):
             self.world.pop(sandbox_id, None)
             return
         await self._sleep(self.destroy_latency)
-        if self._chance(self.faults.lost_delete):
+        f = self.faults
+        if self._chance(f.lost_delete):
+            self.lost.add(sandbox_id)
             return
+        if self._chance(f.destroy_hang):
+            self.lost.add(sandbox_id)
+            await anyio.sleep_forever()
+        if self._chance(f.destroy_failure):
+            self.lost.add(sandbox_id)
+            raise SandboxTransportError("injected destroy failure", sandbox_id=sandbox_id)
         sb.alive = False
         self.world.pop(sandbox_id, None)
+        self.lost.discard(sandbox_id)
         self.destroyed += 1
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
