@@ -152,8 +152,10 @@ async def test_tmp_and_workspace_are_size_limited(tag: str, isolation: str) -> N
 
 
 async def test_host_side_runs_unprivileged(tag: str, isolation: str) -> None:
-    if os.geteuid() != 0 or isolation == "plain":
+    if os.geteuid() != 0:
         pytest.skip("only meaningful when the driver is root")
+    if isolation == "plain":
+        pytest.skip("the plain exec path keeps no process between execs")
     async with local_session(tag, isolation) as s:
         sb = await s.sandbox()
         box = s.backend._boxes[sb.sandbox_id]  # type: ignore[attr-defined]
