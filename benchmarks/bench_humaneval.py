@@ -145,7 +145,10 @@ def main() -> None:
     base_expected = sum(a == b for a, b in zip(base_v, expected, strict=True))
     ratio = ours_s / base_s
     print(f"wall time: ours {ours_s:.2f} s vs harness {base_s:.2f} s -> ratio {ratio:.2f}x (target <= 0.5x)")
-    print(f"agreement with harness: {agree_baseline}/{len(samples)}; with expectation: ours {agree_expected}, harness {base_expected}")
+    print(
+        f"agreement with harness: {agree_baseline}/{len(samples)}; "
+        f"with expectation: ours {agree_expected}, harness {base_expected}"
+    )
     path = write_json(
         "humaneval",
         {

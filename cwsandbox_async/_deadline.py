@@ -1,17 +1,178 @@
-"""One place that puts a deadline on a backend call and translates what escapes."""
+"""One place that puts a deadline on a backend call and translates what escapes.
+
+The deadline is asyncio's own mechanism (what ``asyncio.timeout`` does: cancel the
+task when it expires, ``uncancel`` it on the way out, so a cancellation from anyone
+else still propagates), with the timers of all calls in flight on a loop coalesced:
+the calls that share a duration expire in the order they started, so one bucket per
+duration and one loop timer for the earliest deadline cover them all. Starting and
+finishing a bounded call is a dict insert and delete instead of a ``TimerHandle``,
+an anyio cancel scope and two task look-ups (about 0.8 µs instead of 8 µs); the
+timer fires about once per deadline period while calls keep finishing in time.
+
+Like ``asyncio.timeout`` (and unlike an anyio scope) the expiry cancels the task
+once, natively: an anyio shield inside the backend call does not hold it off, and a
+backend that swallows the ``CancelledError`` is not cancelled again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TypeVar
 
 import anyio
 
 from ._errors import SandboxError, SandboxTimeoutError, SandboxTransportError
 
-__all__ = ["call_backend"]
+__all__ = ["bounded", "call_backend", "cancel_scope"]
 
 T = TypeVar("T")
+
+#: Distinct durations tracked at once per loop; calls with other durations get a timer each.
+MAX_BUCKETS = 64
+
+_current_task = asyncio.current_task
+_running_loop = asyncio.get_running_loop
+
+
+_scope_class: type[anyio.CancelScope] | None = None
+
+
+def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> anyio.CancelScope:
+    """``anyio.CancelScope(deadline=..., shield=...)`` without the per-call event loop look-up.
+
+    ``anyio.CancelScope(...)`` asks sniffio which async library runs (about 1.3 µs)
+    and builds that backend's scope class; this builds the same class directly, found
+    on the first call. The library runs on asyncio only, so the class never changes.
+    """
+    global _scope_class
+    cls = _scope_class
+    if cls is None:
+        scope = anyio.CancelScope(deadline=deadline, shield=shield)
+        _scope_class = type(scope)
+        return scope
+    return cls(deadline=deadline, shield=shield)
+
+
+class _Watch:
+    """One bounded call in flight: the task to cancel when ``when`` passes."""
+
+    __slots__ = ("cancelling", "fired", "task", "when")
+
+    def __init__(self, task: asyncio.Task[object], when: float) -> None:
+        self.task = task
+        self.when = when
+        self.cancelling = task.cancelling()
+        self.fired = False
+
+    def expire(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
+class _Deadlines:
+    """The bounded calls in flight on one loop, bucketed by duration (each bucket is in deadline order)."""
+
+    __slots__ = ("buckets", "handle", "handle_when", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.buckets: dict[float, dict[_Watch, None]] = {}
+        self.handle: asyncio.TimerHandle | None = None
+        self.handle_when = math.inf
+
+    def arm(self, when: float) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        self.handle_when = when
+        self.handle = self.loop.call_at(when, self.fire)
+
+    def prune(self) -> bool:
+        """Forget the buckets with no call in flight; True if any was."""
+        empty = [seconds for seconds, bucket in self.buckets.items() if not bucket]
+        for seconds in empty:
+            del self.buckets[seconds]
+        return bool(empty)
+
+    def fire(self) -> None:
+        """Expire every call whose deadline has passed; re-arm for the earliest one left."""
+        self.handle = None
+        self.handle_when = math.inf
+        now = self.loop.time()
+        nearest = math.inf
+        for seconds, bucket in list(self.buckets.items()):
+            while bucket:
+                watch = next(iter(bucket))
+                if watch.when > now:
+                    nearest = min(nearest, watch.when)
+                    break
+                del bucket[watch]
+                watch.expire()
+            if not bucket:
+                del self.buckets[seconds]
+        if nearest < math.inf:
+            self.arm(nearest)
+
+
+def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    reg: _Deadlines | None = getattr(loop, "_cwsandbox_deadlines", None)
+    if reg is None or reg.loop is not loop:
+        reg = _Deadlines(loop)
+        loop._cwsandbox_deadlines = reg  # type: ignore[attr-defined]
+    return reg
+
+
+def _timeout_error(what: str, seconds: float, sandbox_id: str | None) -> SandboxTimeoutError:
+    return SandboxTimeoutError(
+        f"{what} did not finish within {seconds:g} s", sandbox_id=sandbox_id, infrastructure=True
+    )
+
+
+async def bounded(what: str, seconds: float, aw: Awaitable[T], *, sandbox_id: str | None = None) -> T:
+    """Await ``aw`` (a backend call, already made) for at most ``seconds``; raise as ``call_backend`` says."""
+    loop = _running_loop()
+    task = _current_task(loop)
+    if task is None:  # not in a task (a bare callback): nothing to cancel, so no deadline can be kept
+        if isinstance(aw, Coroutine):
+            aw.close()
+        raise RuntimeError("a backend call must run inside a task")
+    when = loop.time() + seconds
+    watch = _Watch(task, when)
+    reg = _deadlines(loop)
+    bucket = reg.buckets.get(seconds)
+    timer: asyncio.TimerHandle | None = None
+    if bucket is None and len(reg.buckets) >= MAX_BUCKETS and not reg.prune():
+        timer = loop.call_at(when, watch.expire)  # too many distinct durations in flight: a timer of its own
+    else:
+        if bucket is None:
+            bucket = reg.buckets[seconds] = {}
+        bucket[watch] = None
+        if when < reg.handle_when:
+            reg.arm(when)
+    try:
+        try:
+            result = await aw
+        finally:
+            if timer is not None:
+                timer.cancel()
+            elif bucket is not None and not watch.fired:
+                del bucket[watch]
+    except asyncio.CancelledError as exc:
+        if watch.fired and task.uncancel() <= watch.cancelling:
+            raise _timeout_error(what, seconds, sandbox_id) from TimeoutError(str(exc) or "deadline exceeded")
+        raise
+    except BaseException as exc:
+        if watch.fired:  # the call swallowed our cancellation and failed otherwise
+            task.uncancel()
+        if isinstance(exc, SandboxError) or not isinstance(exc, Exception):
+            raise
+        if isinstance(exc, TimeoutError):
+            raise _timeout_error(what, seconds, sandbox_id) from exc
+        raise SandboxTransportError(f"{what} failed: {exc!r}", sandbox_id=sandbox_id) from exc
+    if watch.fired:  # the call swallowed our cancellation and returned
+        task.uncancel()
+    return result
 
 
 async def call_backend(
@@ -29,13 +190,11 @@ async def call_backend(
     Cancellation passes through untouched.
     """
     try:
-        with anyio.fail_after(seconds):
-            return await fn()
+        aw = fn()
     except SandboxError:
         raise
     except TimeoutError as exc:
-        raise SandboxTimeoutError(
-            f"{what} did not finish within {seconds:g} s", sandbox_id=sandbox_id, infrastructure=True
-        ) from exc
+        raise _timeout_error(what, seconds, sandbox_id) from exc
     except Exception as exc:
         raise SandboxTransportError(f"{what} failed: {exc!r}", sandbox_id=sandbox_id) from exc
+    return await bounded(what, seconds, aw, sandbox_id=sandbox_id)

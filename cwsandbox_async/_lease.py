@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from types import TracebackType
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ._deadline import cancel_scope
 from ._errors import PoolClosedError, PoolError, SandboxTimeoutError
 
 if TYPE_CHECKING:
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     from ._sandbox import Sandbox
 
 __all__ = ["Lease"]
+
+_monotonic = time.monotonic
 
 
 class Lease:
@@ -28,7 +32,7 @@ class Lease:
     (shielded). A Lease is entered once; call ``pool.lease()`` for another.
     """
 
-    __slots__ = ("_closed_by_pool", "_hold", "_pool", "_sandbox", "_scope", "_timeout")
+    __slots__ = ("_closed_by_pool", "_entered", "_hold", "_pool", "_sandbox", "_scope", "_timeout")
 
     def __init__(self, pool: SandboxPool, timeout: float, hold: float | None) -> None:
         self._pool = pool
@@ -37,6 +41,7 @@ class Lease:
         self._sandbox: Sandbox | None = None
         self._scope: anyio.CancelScope | None = None
         self._closed_by_pool = False
+        self._entered = False
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -44,16 +49,22 @@ class Lease:
         return self._sandbox
 
     async def __aenter__(self) -> Sandbox:
-        if self._scope is not None:
+        if self._entered:
             raise PoolError("a lease can be entered once; call pool.lease() again")
+        self._entered = True
         pool = self._pool
-        start = time.monotonic()
-        sb, warm = await pool._acquire(self._timeout)
-        pool._session.metrics.lease(time.monotonic() - start, warm=warm)
+        start = _monotonic()
+        sb = pool._lease_now()  # an idle sandbox, handed out without waiting
+        if sb is None:
+            sb, warm = await pool._acquire(self._timeout)
+        else:
+            warm = True
+        pool._session.metrics.lease(_monotonic() - start, warm=warm)
         self._sandbox = sb
-        deadline = math.inf if self._hold is None else anyio.current_time() + self._hold
-        self._scope = anyio.CancelScope(deadline=deadline)
-        self._scope.__enter__()
+        hold = self._hold
+        deadline = math.inf if hold is None else asyncio.get_running_loop().time() + hold
+        scope = self._scope = cancel_scope(deadline=deadline)
+        scope.__enter__()
         pool._leases.add(self)
         return sb
 
@@ -65,14 +76,17 @@ class Lease:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        assert self._scope is not None and self._sandbox is not None
-        pool, sb = self._pool, self._sandbox
+        scope, sb = self._scope, self._sandbox
+        assert scope is not None and sb is not None
+        pool = self._pool
         try:
-            cut_short = self._scope.__exit__(exc_type, exc, tb)
+            cut_short = scope.__exit__(exc_type, exc, tb)
         finally:
             pool._leases.discard(self)
-            with anyio.CancelScope(shield=True):
-                await pool._release(sb, clean=exc_type is None)
+            clean = exc_type is None
+            if not pool._release_now(sb, clean=clean):  # most releases are synchronous; the rest await, shielded
+                with cancel_scope(shield=True):
+                    await pool._release(sb, clean=clean)
         if cut_short:
             if self._closed_by_pool:
                 raise PoolClosedError("the pool closed while this lease was held", sandbox_id=sb.sandbox_id)

@@ -298,7 +298,7 @@ class SandboxPool(PoolCore):
         self._check_can_lease()
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while True:
-                changed = self._changed
+                changed = self._change()
                 self._check_can_lease()
                 room = self._max_size - len(self._out) - self._destroying
                 if len(self._idle) >= min(self._size, room):

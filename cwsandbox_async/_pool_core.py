@@ -92,7 +92,7 @@ class PoolCore:
         self._destroying = 0
         self._destroyed = self._warm_hits = self._cold_waits = self._timeouts = self._discarded = self._max_alive = 0
         self._timer_pending = False
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # made by whoever waits for a change; set by _update
         self._tg: TaskGroup | None = None
         self._stopped: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # counted in ``destroyed`` once
         self.pool_id = ""
@@ -123,9 +123,16 @@ class PoolCore:
     def _alive(self) -> int:
         return len(self._idle) + len(self._out) + self._warming + self._destroying
 
+    def _change(self) -> anyio.Event:
+        """An event set by the next ``_update`` (take it before checking the condition you wait for)."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = anyio.Event()
+        return changed
+
     async def _until(self, done: Callable[[], bool]) -> None:
         while True:
-            changed = self._changed
+            changed = self._change()
             if done():
                 return
             await changed.wait()
@@ -133,13 +140,17 @@ class PoolCore:
     def _update(self) -> None:
         """Called after every change: refill, publish gauges, wake whoever waits on a condition."""
         self._fill()
-        self._max_alive = max(self._max_alive, self._alive())
+        alive = len(self._idle) + len(self._out) + self._warming + self._destroying
+        if alive > self._max_alive:
+            self._max_alive = alive
         if self._state is not PoolState.CLOSED:
             self._session.metrics.pool_gauges(
                 idle=len(self._idle), leased=len(self._out), warming=self._warming, pool_id=self.pool_id
             )
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
 
     def _fill(self) -> None:
         """Start creations for the idle target plus queued leases, within ``max_size``."""
@@ -277,6 +288,22 @@ class PoolCore:
         if self._state is not PoolState.OPEN:
             raise PoolClosedError("cannot lease from a closed pool")
 
+    def _lease_now(self) -> Sandbox | None:
+        """A lease's fast path: an idle sandbox handed out at once, when no health check has to be awaited.
+
+        None if the lease has to go through ``_acquire``: nothing idle, a check on lease,
+        the next idle sandbox known dead (``_acquire`` discards it and keeps the lease's
+        turn), or the pool not open (``_acquire`` raises).
+        """
+        idle = self._idle
+        if self._state is not PoolState.OPEN or self._check_on_lease or not idle or idle[0].status.is_terminal:
+            return None
+        sb = idle.popleft()
+        self._out.add(sb)
+        self._warm_hits += 1
+        self._update()
+        return sb
+
     async def _acquire(self, timeout_seconds: float) -> tuple[Sandbox, bool]:
         """A checked, running sandbox and whether it was warm (idle at once). Raises as ``lease()`` says."""
         self._check_can_lease()
@@ -347,20 +374,36 @@ class PoolCore:
             self._drop_dead(sb)
         return ok
 
-    async def _release(self, sb: Sandbox, *, clean: bool) -> None:
-        """Give a leased sandbox back: destroy it, or (reuse, clean exit) reset it and return it."""
-        if sb not in self._out:  # the pool already destroyed it (close deadline)
+    def _release_now(self, sb: Sandbox, *, clean: bool) -> bool:
+        """``_release`` when it needs no await (nearly always: the slow work runs in the background).
+
+        False if the caller must await ``_release`` (shielded): only when the pool's
+        background task group is gone (closing) and the sandbox must be destroyed here.
+        """
+        out = self._out
+        if sb not in out:  # the pool already destroyed it (close deadline)
             self._update()
-            return
+            return True
         if clean and self._reuse and self._state is PoolState.OPEN and not sb.status.is_terminal:
             if self._reset is None:
-                self._out.discard(sb)
+                out.discard(sb)
                 self._deliver(sb)
                 self._update()
-                return
+                return True
             if self._tg is not None:
                 self._tg.start_soon(self._recycle, sb, name="pool reset")
-                return
+                return True
+        if self._tg is None:
+            return False
+        out.discard(sb)
+        self._discard_soon(sb)
+        self._update()
+        return True
+
+    async def _release(self, sb: Sandbox, *, clean: bool) -> None:
+        """Give a leased sandbox back: destroy it, or (reuse, clean exit) reset it and return it."""
+        if self._release_now(sb, clean=clean):
+            return
         self._out.discard(sb)
         await self._discard(sb)
 

@@ -221,3 +221,8 @@ async def test_session_opened_and_closed_in_different_tasks() -> None:
     await asyncio.get_running_loop().create_task(s.aclose())
     assert s.state.value == "closed"
     assert s.sandboxes == []
+
+
+async def test_unknown_backend_option_is_a_validation_error() -> None:
+    with pytest.raises(cwa.SandboxValidationError):
+        await cwa.Session(backend="fake", backend_options={"bogus": 1}).open()

@@ -31,7 +31,12 @@ def load_backend(backend: str | Backend, **options: Any) -> Backend:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise SandboxBackendUnavailableError(f"backend {backend!r} cannot be imported: {exc}") from exc
-    cls = getattr(module, class_name)
-    instance = cls(**options)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise SandboxBackendUnavailableError(f"backend {backend!r}: {module_name} has no {class_name}")
+    try:
+        instance = cls(**options)
+    except TypeError as exc:  # an unknown or misspelt option
+        raise SandboxValidationError(f"invalid options for backend {backend!r}: {exc}") from None
     assert isinstance(instance, Backend)
     return instance

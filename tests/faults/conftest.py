@@ -10,13 +10,13 @@ hung calls hit their deadlines within a second and dozens of seeds run in second
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
 from cwsandbox_async import _pool, _sandbox, _session
-from cwsandbox_async._outcome import Outcome, OutcomeKind
 from cwsandbox_async._errors import SandboxError
+from cwsandbox_async._outcome import Outcome, OutcomeKind
 from cwsandbox_async.testing import FakeBackend
 
 #: Shortened client-side grace periods (seconds); see the module docstring.
@@ -25,11 +25,10 @@ STOP_TIMEOUT = 0.3
 
 
 @pytest.fixture
-def short_deadlines(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def short_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_sandbox, "EXEC_GRACE_SECONDS", EXEC_GRACE)
     for module in (_sandbox, _session, _pool):
         monkeypatch.setattr(module, "STOP_TIMEOUT_SECONDS", STOP_TIMEOUT)
-    yield
 
 
 def tasks_now() -> int:

@@ -156,3 +156,20 @@ async def test_cgroup_is_created_and_removed() -> None:
         assert len(procs) >= 2  # bwrap and the agent (and its spare worker)
         await sb.stop()
         assert not any(exists(p) for p in paths)
+
+
+async def test_a_command_that_kills_its_worker_leaves_nothing(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec("echo before; kill -9 $PPID; sleep 2929; echo after", timeout_seconds=20)
+        assert r.returncode < 0 and r.stdout == "before\n"
+        await wait_until(lambda: not host_processes_matching(b"sleep 2929"))
+        assert (await sb.exec(["echo", "ok"])).stdout == "ok\n"
+
+
+async def test_describe_reports_what_holds() -> None:
+    info = await LocalBackend().describe()
+    assert info["isolation"] in ("bwrap", "unshare") and info["agent"] == "python"
+    if os.geteuid() == 0:
+        assert info["unprivileged_host_uid"] is True
+    assert set(info["cgroup_controllers"]) <= {"pids", "memory", "cpu"}

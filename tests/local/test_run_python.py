@@ -84,3 +84,10 @@ async def test_default_run_python_goes_through_exec(backend: Backend, tag: str) 
         assert fast.returncode == slow.returncode == 0
     finally:
         await backend.destroy(spec.sandbox_id)
+
+
+async def test_run_python_waits_for_threads_like_python_does(tag: str) -> None:
+    src = "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()"
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        assert (await sb.run_python(src)).stdout == "thread done\n"

@@ -27,9 +27,9 @@ PID 1 its exit kills the whole namespace.
 from __future__ import annotations  # removed from the sandbox copy: _protocol's, at the top, applies
 
 try:  # in the package; inside the sandbox the source of these modules is prepended
-    from ._nsroot import become, build_root
+    from ._agentfs import FileOpError, map_path, read_file, write_file
+    from ._nsroot import enter_unshared_root
     from ._protocol import (
-        BOOTSTRAP,
         HEADER,
         MAX_PAYLOAD,
         R_DATA,
@@ -46,12 +46,12 @@ try:  # in the package; inside the sandbox the source of these modules is prepen
         T_PY,
         T_READ,
         T_WRITE,
-        boot_payload,
         pack_meta,
         unpack_meta,
     )
     from ._worker import (
         PR_SET_CHILD_SUBREAPER,
+        PR_SET_DUMPABLE,
         PR_SET_PDEATHSIG,
         SPAWN_FAILED,
         W_KILL,
@@ -74,7 +74,6 @@ import resource
 import selectors
 import signal
 import socket
-import stat
 import sys
 import time
 
@@ -84,15 +83,28 @@ if TYPE_CHECKING:
     from typing import Any
 
 CHUNK = 65536
-#: Seconds past an exec's timeout after which the agent kills its worker itself.
-BACKSTOP_SECONDS = 5.0
+#: Seconds past an exec's timeout after which the agent kills its worker itself (the worker
+#: enforces the timeout; a command may have stopped it), reporting the exec as timed out.
+BACKSTOP_SECONDS = 1.0
 #: Seconds the agent waits for an exec's pipes to close after its worker reported.
 EOF_GRACE_SECONDS = 1.0
 MAX_IDLE_WORKERS = 8
 
 
 class Exec:
-    __slots__ = ("deadline", "eof_deadline", "err", "limit", "out", "rid", "sent", "start", "status", "truncated")
+    __slots__ = (
+        "backstopped",
+        "deadline",
+        "eof_deadline",
+        "err",
+        "limit",
+        "out",
+        "rid",
+        "sent",
+        "start",
+        "status",
+        "truncated",
+    )
 
     def __init__(self, rid: int, out: int, err: int, limit: int, timeout: float) -> None:
         self.rid = rid
@@ -105,6 +117,7 @@ class Exec:
         self.status: tuple[int, float, bool] | None = None
         self.sent = [0, 0]
         self.truncated = False
+        self.backstopped = False
 
 
 class WorkerHandle:
@@ -145,6 +158,7 @@ class Agent:
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.wake_r, self.wake_w = os.pipe()
         self.running = True
+        self.refill_after = 0.0
         ttl = config.get("ttl")
         self.ttl_deadline = time.monotonic() + float(ttl) if ttl else None
 
@@ -155,6 +169,9 @@ class Agent:
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        # Not dumpable (workers inherit it; commands, being exec'd, do not): commands run as the same
+        # user but cannot ptrace the agent or a worker, read their memory or open /proc/1/fd/1.
+        prctl(PR_SET_DUMPABLE, 0)
         subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1)
         if self.config.get("die_with_parent"):
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -235,10 +252,12 @@ class Agent:
                 if not self.running:
                     break
             self.check_deadlines()
-            if not events and not self.idle and self.running:
+            if not events and not self.idle and self.running and time.monotonic() >= self.refill_after:
                 spare = self.spawn_worker()  # refill while nothing else is waiting
                 if spare is not None:
                     self.idle.append(spare)
+                else:  # at the pids limit (a fork bomb?): try again later, do not spin
+                    self.refill_after = time.monotonic() + 1.0
         self.shutdown()
 
     def next_timeout(self) -> float | None:
@@ -248,7 +267,7 @@ class Agent:
         if self.ttl_deadline is not None:
             deadlines.append(self.ttl_deadline)
         if not self.idle:
-            deadlines.append(time.monotonic() + 0.002)
+            deadlines.append(max(time.monotonic() + 0.002, self.refill_after))
         if not deadlines:
             return None
         return max(0.0, min(min(deadlines) - time.monotonic(), 1.0))
@@ -310,7 +329,7 @@ class Agent:
         env = dict(self.env)
         env.update(meta.get("e") or {})
         timeout = float(meta.get("t") or 0)
-        request = {"r": rid, "a": argv, "c": self.map_path(str(meta.get("c") or "/")), "e": env, "t": timeout}
+        request = {"r": rid, "a": argv, "c": map_path(self.path_map, str(meta.get("c") or "/")), "e": env, "t": timeout}
         if ftype == T_PY:
             n = int(meta.get("n") or 0)
             stdin, source = raw[:n], raw[n:]
@@ -428,7 +447,7 @@ class Agent:
             self.by_exec.pop(ex.rid, None)
             if ex.status is None:
                 rc = exit_status(status) if status is not None else -signal.SIGKILL
-                ex.status = (rc if rc < 0 else -signal.SIGKILL, 0.0, time.monotonic() >= ex.deadline)
+                ex.status = (rc if rc < 0 else -signal.SIGKILL, 0.0, ex.backstopped)
                 ex.eof_deadline = time.monotonic() + EOF_GRACE_SECONDS
                 self.maybe_finish(ex)
 
@@ -464,9 +483,10 @@ class Agent:
             return
         for ex in list(self.execs.values()):
             if ex.status is None and now >= ex.deadline:
+                ex.backstopped = True
                 handle = self.by_exec.get(ex.rid)
                 if handle is not None:
-                    kill_quietly(handle.pid, signal.SIGKILL)
+                    kill_quietly(handle.pid, signal.SIGKILL)  # its command tree is then ours: kill_orphans
                 ex.deadline = now + BACKSTOP_SECONDS
             elif ex.eof_deadline is not None and now >= ex.eof_deadline:
                 for which_stream in (0, 1):
@@ -481,62 +501,23 @@ class Agent:
         self.send(ex.rid, R_DONE, pack_meta(done))
 
     # -- files -------------------------------------------------------------------
-    def map_path(self, path: str) -> str:
-        for inside, outside in self.path_map:
-            if path == inside or path.startswith(inside.rstrip("/") + "/"):
-                return str(outside) + path[len(inside.rstrip("/")) :]
-        return path
-
     def read_file(self, rid: int, payload: bytes) -> None:
         meta, _ = unpack_meta(payload)
         shown = str(meta["p"])
-        limit = int(meta["m"])
         try:
-            fd = os.open(self.map_path(shown), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-        except OSError as exc:
-            return self.fail(rid, "file", f"{shown}: {exc.strerror}")
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                return self.fail(rid, "file", f"{shown}: is a directory")
-            if not stat.S_ISREG(st.st_mode):
-                return self.fail(rid, "file", f"{shown}: not a regular file")
-            if st.st_size > limit:
-                return self.fail(rid, "file", f"{shown}: {st.st_size} bytes is more than {limit}")
-            chunks = []
-            total = 0
-            while True:
-                data = os.read(fd, min(1 << 20, limit + 1 - total))
-                if not data:
-                    break
-                total += len(data)
-                chunks.append(data)
-                if total > limit:
-                    return self.fail(rid, "file", f"{shown}: more than {limit} bytes")
-        except OSError as exc:
-            return self.fail(rid, "file", f"{shown}: {exc.strerror}")
-        finally:
-            os.close(fd)
-        self.send(rid, R_DATA, b"".join(chunks))
+            data = read_file(map_path(self.path_map, shown), shown, int(meta["m"]))
+        except FileOpError as exc:
+            return self.fail(rid, "file", str(exc))
+        self.send(rid, R_DATA, data)
         return None
 
     def write_file(self, rid: int, payload: bytes) -> None:
         meta, data = unpack_meta(payload)
         shown = str(meta["p"])
-        path = self.map_path(shown)
-        if self.file_limit and len(data) > self.file_limit:
-            return self.fail(rid, "file", f"{shown}: {len(data)} bytes is over the file size limit")
         try:
-            parent = os.path.dirname(path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY, 0o644)
-            try:
-                write_all(fd, data)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            return self.fail(rid, "file", f"{shown}: {exc.strerror}")
+            write_file(map_path(self.path_map, shown), shown, data, self.file_limit)
+        except FileOpError as exc:
+            return self.fail(rid, "file", str(exc))
         self.send(rid, R_OK)
         return None
 
@@ -568,20 +549,6 @@ def _fds(*fds: int) -> bytes:
 
 def _noop(signum: int, frame: FrameType | None) -> None:
     pass
-
-
-def enter_unshared_root(config: dict[str, Any]) -> None:
-    """``unshare`` mode: build the file system, become the sandbox user, re-execute (drops capabilities)."""
-    build_root(config["mounts"], str(config.get("sandbox_id") or "sandbox"))
-    become(int(config["uid"]), int(config["gid"]))
-    rest = {k: v for k, v in config.items() if k != "mounts"}
-    source = globals()["__agent_source__"]
-    fd = os.memfd_create("cwsandbox-agent", 0)
-    write_all(fd, boot_payload(source, json.dumps(rest).encode()))
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.chdir(str(config.get("cwd") or "/"))
-    argv = [sys.executable, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", str(rest.get("sandbox_id")), str(fd)]
-    os.execv(sys.executable, argv)
 
 
 def main(argv: list[str]) -> None:

@@ -36,7 +36,9 @@ It needs the asyncio event loop.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import marshal
 import os
 import re
 import shutil
@@ -57,6 +59,7 @@ from ..._errors import (
     SandboxCreationError,
     SandboxNotRunningError,
     SandboxTerminatedError,
+    SandboxTransportError,
     SandboxValidationError,
 )
 from ..._log import log
@@ -76,20 +79,17 @@ from ._bwrap import (
 from ._cgroup import CgroupManager, SandboxCgroup, process_tree
 from ._channel import AgentChannel
 from ._leftover import destroy_leftover, entry_status, kill_group, remove_cgroup, remove_dir
+from ._options import MIB, PIDS_OVERHEAD, check_options, rlimits_for
 from ._plain import PlainSandbox
 from ._probe import Probe, ProbeRequest, probe
-from ._protocol import BOOTSTRAP, T_EXEC, T_PY, boot_payload
+from ._protocol import BOOTSTRAP, MARSHALED, T_EXEC, T_PY, boot_payload
 from ._registry import Registry, pid_alive, proc_start_time
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
-ISOLATION_LEVELS = ("auto", "bwrap", "unshare", "none")
-AGENT_KINDS = ("auto", "python", "plain")
 #: Modules the agent imports at start, so ``run_python`` snippets find them warm.
 DEFAULT_PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "string")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-PIDS_OVERHEAD = 16
-MIB = 1024 * 1024
 #: How long destroy waits for the agent to exit by itself before SIGKILL.
 EXIT_GRACE_SECONDS = 0.5
 _REMEMBER_DESTROYED = 4096
@@ -97,16 +97,25 @@ _REMEMBER_DESTROYED = 4096
 
 @lru_cache(maxsize=1)
 def agent_source() -> str:
-    """The agent program: ``_protocol``, ``_worker``, ``_nsroot`` and ``_agent`` in one (all stdlib only)."""
+    """The agent program: ``_protocol``, ``_worker``, ``_nsroot``, ``_agentfs``, ``_agent`` (all stdlib only)."""
     here = Path(__file__).resolve().parent
-    parts = [(here / name).read_text() for name in ("_protocol.py", "_worker.py", "_nsroot.py", "_agent.py")]
+    names = ("_protocol.py", "_worker.py", "_nsroot.py", "_agentfs.py", "_agent.py")
+    parts = [(here / name).read_text() for name in names]
     future = "\nfrom __future__ import annotations"
     return "\n".join([parts[0], *(p.replace(future, "\n", 1) for p in parts[1:])])
 
 
-def boot_config(config: dict[str, Any]) -> bytes:
+@lru_cache(maxsize=4)
+def agent_program(magic: str) -> bytes:
+    """The agent as sent: compiled and marshaled when the sandbox's Python has our bytecode magic."""
+    if magic and magic == importlib.util.MAGIC_NUMBER.hex():
+        return MARSHALED + marshal.dumps(compile(agent_source(), "<cwsandbox-agent>", "exec"))
+    return agent_source().encode()
+
+
+def boot_config(config: dict[str, Any], magic: str) -> bytes:
     """What the backend writes first to a new agent's stdin (see ``_protocol.BOOTSTRAP``)."""
-    return boot_payload(agent_source().encode(), json.dumps(config, separators=(",", ":")).encode())
+    return boot_payload(agent_program(magic), json.dumps(config, separators=(",", ":")).encode())
 
 
 @dataclass
@@ -171,24 +180,7 @@ class LocalBackend(Backend):
         preload: Sequence[str] = DEFAULT_PRELOAD,
         state_dir: str | None = None,
     ) -> None:
-        if isolation not in ISOLATION_LEVELS:
-            raise SandboxValidationError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}; got {isolation!r}")
-        if agent not in AGENT_KINDS or (agent == "plain" and isolation not in ("auto", "bwrap")):
-            raise SandboxValidationError(f"agent must be one of {', '.join(AGENT_KINDS)} (plain needs bwrap)")
-        if (
-            host_uid != "auto"
-            and host_uid is not None
-            and (isinstance(host_uid, bool) or not isinstance(host_uid, int))
-        ):
-            raise SandboxValidationError("host_uid must be 'auto', None or a positive int")
-        if isinstance(host_uid, int) and (host_uid <= 0 or os.geteuid() != 0):
-            raise SandboxValidationError("host_uid must be a positive int, and can only be chosen as root")
-        for value, what in ((sandbox_uid, "sandbox_uid"), (sandbox_gid, "sandbox_gid")):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise SandboxValidationError(f"{what} must be a positive int (not 0: the sandbox is never root)")
-        for path in (*expose, *hide):
-            if not isinstance(path, str) or not path.startswith("/") or "\x00" in path or path.rstrip("/") == "":
-                raise SandboxValidationError(f"expose/hide entries must be absolute paths other than /: {path!r}")
+        check_options(isolation, agent, host_uid, sandbox_uid, sandbox_gid, (*expose, *hide))
         self._requested = isolation
         self._agent_kind = agent
         self._host_uid_setting = host_uid
@@ -261,6 +253,27 @@ class LocalBackend(Backend):
                 log.debug("local isolation", level=found.level, drop_uid=found.drop_uid, plain=found.plain)
         return self._probe
 
+    async def describe(self) -> dict[str, Any]:
+        """What this machine gives the local backend, probed (for ``doctor``-style reports).
+
+        Keys: ``isolation`` (bwrap, unshare, none), ``agent`` (python, plain),
+        ``unprivileged_host_uid`` (sandboxes run as a non-root host uid), ``bwrap`` and
+        ``bwrap_features``, ``cgroup`` (v1, v2 or None) and ``cgroup_controllers``,
+        ``python`` (the agent's interpreter). Raises ``SandboxBackendUnavailableError``
+        when no isolation works.
+        """
+        found = await self._ensure_probe()
+        return {
+            "isolation": found.level,
+            "agent": "plain" if found.plain else "python",
+            "unprivileged_host_uid": found.drop_uid or os.geteuid() != 0,
+            "bwrap": found.bwrap,
+            "bwrap_features": sorted(found.features),
+            "cgroup": self._cgroups.version,
+            "cgroup_controllers": sorted(self._cgroups.available),
+            "python": self._python,
+        }
+
     # -- create ------------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
         sid = spec.sandbox_id
@@ -286,25 +299,9 @@ class LocalBackend(Backend):
             raise
 
     def _limits(self, box: _Box) -> tuple[dict[str, int], dict[str, str]]:
-        res = box.spec.defaults.resources
-        enforced = dict(box.cgroup.enforced) if box.cgroup else {}
-        rl: dict[str, int] = {}
-        if res.cpu_seconds:
-            rl["cpu"] = int(res.cpu_seconds)
-            enforced["cpu_seconds"] = "rlimit"
-        if res.file_size_mib:
-            rl["fsize"] = int(res.file_size_mib * MIB)
-            enforced["file_size"] = "rlimit"
-        if res.pids and "pids" not in enforced:
-            rl["nproc"] = int(res.pids) + PIDS_OVERHEAD
-            root = box.host_uid is None and os.geteuid() == 0
-            enforced["pids"] = "none (RLIMIT_NPROC does not bind host root)" if root else "rlimit"
-        if res.memory_mib and "memory" not in enforced:
-            rl["as"] = int(res.memory_mib * MIB)
-            enforced["memory"] = "rlimit"
-        if box.plain is None:
-            enforced.update(tmp="tmpfs", workspace="tmpfs")
-        return rl, enforced
+        by_cgroup = box.cgroup.enforced if box.cgroup else {}
+        host_root = box.host_uid is None and os.geteuid() == 0
+        return rlimits_for(box.spec.defaults.resources, by_cgroup, host_root, box.plain is None)
 
     def _layout(self, box: _Box) -> Layout:
         d = box.spec.defaults
@@ -387,7 +384,7 @@ class LocalBackend(Backend):
         entry = self._entry(box, found, os.path.basename(argv[0]))
         self._registry.write(entry)
         box.channel = await self._spawn(sid, argv, box.workspace or "/", box.host_uid)
-        box.channel.write_raw(boot_config(config))
+        box.channel.write_raw(boot_config(config, found.magic))
         assert box.channel.transport is not None
         box.pid = box.channel.transport.get_pid()
         entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
@@ -486,7 +483,10 @@ class LocalBackend(Backend):
         if box.channel is not None:
             await box.channel.write_file(path, data)
             return
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        script = (
+            '{ [ ! -e "$1" ] || [ -f "$1" ]; } || { echo "not a regular file" >&2; exit 1; }; '
+            'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        )
         req = ExecRequest(("/bin/sh", "-c", script, "sh", path), "/", {}, data, 60.0, 1 << 16)
         PlainSandbox.check_file_result(await self._plain_exec(box, req, None), path)
 
@@ -502,7 +502,11 @@ class LocalBackend(Backend):
             assert found.bwrap is not None
             return bwrap_argv(found.bwrap, found.features, layout, command, block_fd, request.cwd, env)
 
-        return await box.plain.run(build, request, box.cgroup, box.host_uid, on_output)
+        try:
+            return await box.plain.run(build, request, box.cgroup, box.host_uid, on_output)
+        except OSError as exc:
+            sid = box.spec.sandbox_id
+            raise SandboxTransportError(f"cannot run bwrap for sandbox {sid}: {exc}", sandbox_id=sid) from exc
 
     # -- destroy -----------------------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:

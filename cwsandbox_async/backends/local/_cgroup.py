@@ -224,11 +224,14 @@ class CgroupManager:
         A limit that cannot be written is logged and left out of ``enforced``; the
         caller then applies the rlimit fallback for it.
         """
-        if not self.parents:
+        wanted = {"pids": pids, "memory": memory_bytes, "cpu": cpu}
+        if not any(wanted[c] is not None for c in self.parents):
             return None
         name = PREFIX + sandbox_id
         dirs: dict[str, str] = {}
         for c, parent in self.parents.items():
+            if wanted[c] is None:
+                continue
             path = os.path.join(parent, name)
             if path not in dirs.values():
                 try:

@@ -19,7 +19,15 @@ give the sandbox a private ``/dev/pts``.
 from __future__ import annotations  # removed from the sandbox copy: _protocol's, at the top, applies
 
 import ctypes
+import json
 import os
+import sys
+
+try:  # in the package; inside the sandbox the source of these modules is prepended
+    from ._protocol import BOOTSTRAP, boot_payload
+    from ._worker import write_all
+except ImportError:  # pragma: no cover - running as the agent
+    pass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -173,3 +181,17 @@ def become(uid: int, gid: int) -> None:
     for cap in range(64):  # empty the bounding set too; the re-exec then clears the rest
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def enter_unshared_root(config: dict[str, Any]) -> None:
+    """``unshare`` mode: build the file system, become the sandbox user, re-execute (drops capabilities)."""
+    build_root(config["mounts"], str(config.get("sandbox_id") or "sandbox"))
+    become(int(config["uid"]), int(config["gid"]))
+    rest = {k: v for k, v in config.items() if k != "mounts"}
+    source = globals()["__agent_source__"]
+    fd = os.memfd_create("cwsandbox-agent", 0)
+    write_all(fd, boot_payload(source, json.dumps(rest).encode()))
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.chdir(str(config.get("cwd") or "/"))
+    argv = [sys.executable, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", str(rest.get("sandbox_id")), str(fd)]
+    os.execv(sys.executable, argv)

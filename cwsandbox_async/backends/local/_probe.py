@@ -32,6 +32,8 @@ class Probe:
     features: frozenset[str] = frozenset()
     drop_uid: bool = False
     plain: bool = False
+    #: ``importlib.util.MAGIC_NUMBER`` (hex) of the sandbox's Python, to send the agent pre-compiled.
+    magic: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ async def _try_bwrap(req: ProbeRequest, features: frozenset[str], drop: bool, co
     rc, out = await run_quiet(
         bwrap_argv(req.bwrap, features, layout, command), pick_host_uid(req.host_uid) if drop else None
     )
-    if rc == 0 and out.strip() != str(req.uid):
+    if rc == 0 and out.split()[:1] != [str(req.uid)]:
         return 1, f"unexpected uid inside the sandbox: {out.strip()!r}"
     return rc, out
 
@@ -86,14 +88,20 @@ async def probe(req: ProbeRequest) -> Probe:
         return Probe("none")
     errors: list[str] = []
     drops = [True, False] if pick_host_uid(req.host_uid) is not None else [False]
-    python_cmd = [req.python, "-I", "-S", "-c", "import os; print(os.getuid())"]
+    python_cmd = [
+        req.python,
+        "-I",
+        "-S",
+        "-c",
+        "import os, importlib.util as u; print(os.getuid(), u.MAGIC_NUMBER.hex())",
+    ]
     if req.requested in ("auto", "bwrap") and req.bwrap is not None:
         features = parse_features((await run_quiet([req.bwrap, "--help"], None))[1])
         for drop in drops:
             if req.agent in ("auto", "python"):
                 rc, out = await _try_bwrap(req, features, drop, python_cmd)
                 if rc == 0:
-                    return _chosen(Probe("bwrap", req.bwrap, features, drop), drops)
+                    return _chosen(Probe("bwrap", req.bwrap, features, drop, magic=out.split()[-1]), drops)
                 errors.append(f"bwrap{' as an unprivileged uid' if drop else ''}: {out.strip()[-300:]}")
             if req.agent in ("auto", "plain"):
                 rc, out = await _try_bwrap(req, features, drop, ["/bin/sh", "-c", "id -u"])
@@ -106,8 +114,8 @@ async def probe(req: ProbeRequest) -> Probe:
         for drop in drops:
             argv = unshare_argv(req.unshare, False, python_cmd)
             rc, out = await run_quiet(argv, pick_host_uid(req.host_uid) if drop else None)
-            if rc == 0 and out.strip() == "0":
-                return _chosen(Probe("unshare", None, frozenset(), drop), drops)
+            if rc == 0 and out.split()[:1] == ["0"]:
+                return _chosen(Probe("unshare", None, frozenset(), drop, magic=out.split()[-1]), drops)
             errors.append(f"unshare{' as an unprivileged uid' if drop else ''}: {out.strip()[-300:]}")
     raise SandboxBackendUnavailableError("no working isolation on this machine: " + " | ".join(errors))
 

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 #: The agent's first program (``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``): read
 #: ``u32 source length, u32 config length, source, config`` from fd 0 (or the fd given), then run
-#: the source as ``__main__`` with ``sys.argv = ["cwsandbox-agent", config]``.
+#: the source (or its marshaled code, see ``MARSHALED``) as ``__main__`` with
+#: ``sys.argv = ["cwsandbox-agent", config]``.
 BOOTSTRAP = """import os,sys
 fd=int(sys.argv[3]) if len(sys.argv)>3 else 0
 def r(n):
@@ -54,8 +55,12 @@ h=r(8)
 s=int.from_bytes(h[:4],'big');c=int.from_bytes(h[4:],'big')
 src=r(s);sys.argv=['cwsandbox-agent',r(c).decode()]
 if fd:os.close(fd)
-exec(compile(src,'<cwsandbox-agent>','exec'),{'__name__':'__main__','__agent_source__':src})
-"""
+m=src[:8]==MARSHALED
+code=__import__('marshal').loads(src[8:]) if m else compile(src,'<cwsandbox-agent>','exec')
+exec(code,{'__name__':'__main__','__agent_source__':src})
+""".replace("MARSHALED", repr(b"\x00marshal"))
+#: Prefix of an agent source sent pre-compiled (``marshal``), when the sandbox's Python matches ours.
+MARSHALED = b"\x00marshal"
 
 HEADER = struct.Struct(">IBI")
 META_LEN = struct.Struct(">I")

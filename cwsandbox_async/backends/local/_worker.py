@@ -45,6 +45,7 @@ WREQ = struct.Struct(">BII")
 W_RUN = 1
 W_KILL = 2
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 SPAWN_FAILED = 126
 NOT_FOUND = 127
@@ -199,6 +200,12 @@ def run_source(source: str, env: dict[str, str]) -> int:
             below = tb.tb_next if tb is not None else None  # hide this function's own frame
             sys.excepthook(etype, value.with_traceback(below), below)
         rc = 1
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()  # wait for non-daemon threads, as Python does
+    except BaseException:  # a thread's failure does not change the exit code
+        pass
     try:
         import atexit
 
@@ -398,6 +405,7 @@ class Worker:
         code = 1
         try:
             os.setpgid(0, 0)
+            prctl(PR_SET_DUMPABLE, 1)  # user code: an ordinary process again (the worker is not dumpable)
             for i, fd in enumerate(fds[:3]):
                 os.dup2(fd, i)
             for fd in fds:

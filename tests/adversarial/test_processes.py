@@ -1,0 +1,212 @@
+"""Hostile processes: loops, sleeps, SIGTERM-proof children, daemons, signals, fork bombs, and the agent itself."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anyio
+import pytest
+
+import cwsandbox_async as cwa
+
+from .conftest import arena, descendants, host_processes_matching, requires_isolation
+
+pytestmark = requires_isolation
+
+
+def marker() -> str:
+    """A sleep duration unique to this test run, to find its processes by command line."""
+    return str(7000 + os.getpid() % 1000 + int(time.monotonic() * 1000) % 997)
+
+
+async def inside(sb: cwa.Sandbox, needle: str) -> bool:
+    """Whether any process inside the sandbox has ``needle`` in its command line."""
+    ps = await sb.exec(["ps", "-eo", "args"])
+    return any(needle in line and "ps -eo" not in line for line in ps.stdout.splitlines())
+
+
+@pytest.mark.parametrize("how", ["exec-loop", "python-loop", "sleep"])
+async def test_loops_and_sleeps_end_at_their_timeout(tag: str, how: str) -> None:
+    mark = marker()
+    async with arena(tag) as a:
+        loop = "print('go', flush=True)\nwhile True: pass"
+        if how == "exec-loop":
+            call = a.victim.exec(["python3", "-c", loop], timeout_seconds=1)
+        elif how == "python-loop":
+            call = a.victim.run_python(loop, timeout_seconds=1)
+        else:
+            call = a.victim.exec(f"echo go; sleep {mark}", timeout_seconds=1)
+        start = time.monotonic()
+        with anyio.fail_after(10), pytest.raises(cwa.SandboxTimeoutError) as info:
+            await call
+        assert 0.9 < time.monotonic() - start < 5
+        err = info.value
+        assert err.infrastructure is False and err.result is not None and err.result.timed_out
+        assert err.result.stdout == "go\n"  # output up to the deadline is kept
+        assert not await inside(a.victim, "while True") and not await inside(a.victim, mark)
+    assert host_processes_matching(f"sleep {mark}".encode()) == []
+
+
+IGNORE_TERM = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.fork() == 0:
+    os.setsid()  # leave the exec's process group and session
+    os.execvp("sleep", ["sleep", sys.argv[1]])  # SIG_IGN survives exec
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+async def test_children_that_ignore_sigterm_and_leave_the_group_die_at_the_timeout(tag: str) -> None:
+    mark = marker()
+    async with arena(tag) as a:
+        start = time.monotonic()
+        with anyio.fail_after(10), pytest.raises(cwa.SandboxTimeoutError) as info:
+            await a.victim.exec(["python3", "-c", IGNORE_TERM, mark], timeout_seconds=1)
+        assert time.monotonic() - start < 5
+        assert info.value.result is not None and info.value.result.stdout == "ready\n"
+        assert not await inside(a.victim, f"sleep {mark}")
+    assert host_processes_matching(f"sleep {mark}".encode()) == []
+
+
+DAEMON = """
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        if sys.argv[2] == "close":
+            for fd in range(256):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        os.execvp("sleep", ["sleep", sys.argv[1]])
+    os._exit(0)
+print("spawned")
+"""
+
+
+@pytest.mark.parametrize("fds", ["close", "keep"])
+async def test_a_daemon_started_from_the_warm_interpreter_does_not_outlive_its_exec(tag: str, fds: str) -> None:
+    """The run_python fast path forks the agent's interpreter; its daemons die with the exec like exec's do."""
+    mark = marker()
+    async with arena(tag) as a:
+        with anyio.fail_after(10):
+            r = await a.victim.run_python(
+                f"import sys\nsys.argv[1:] = [{mark!r}, {fds!r}]\n" + DAEMON, timeout_seconds=30
+            )
+        assert r.stdout == "spawned\n" and r.returncode == 0
+        assert not await inside(a.victim, f"sleep {mark}")
+    assert host_processes_matching(f"sleep {mark}".encode()) == []
+
+
+async def test_stopping_its_own_worker_does_not_escape_the_timeout(tag: str) -> None:
+    """SIGSTOP on the process that enforces the timeout: the agent's backstop still ends it, as a timeout."""
+    mark = marker()
+    async with arena(tag) as a:
+        start = time.monotonic()
+        with anyio.fail_after(15), pytest.raises(cwa.SandboxTimeoutError) as info:
+            await a.victim.exec(f"kill -STOP $PPID; sleep {mark}", timeout_seconds=1)
+        assert time.monotonic() - start < 10
+        assert info.value.infrastructure is False
+        assert not await inside(a.victim, f"sleep {mark}")
+    assert host_processes_matching(f"sleep {mark}".encode()) == []
+
+
+async def test_killing_everything_reachable_from_inside_gives_clear_results(tag: str) -> None:
+    async with arena(tag) as a:
+        # Signals to PID 1 (the agent) from inside its namespace are ignored.
+        r = await a.victim.exec("for s in STOP TERM INT HUP SEGV USR1 CHLD KILL; do kill -$s 1; done; echo sent")
+        assert r.stdout == "sent\n"
+        # Its own worker (the process enforcing its timeout): a result, then the sandbox serves on.
+        with anyio.fail_after(10):
+            r = await a.victim.exec("kill -9 $PPID; sleep 5; echo not reached")
+        assert r.returncode == -9 and "not reached" not in r.stdout
+        # Everything it may signal, while another exec runs in the same sandbox: both end with a result.
+        results: dict[str, cwa.ExecResult] = {}
+
+        async def bystander() -> None:
+            results["bystander"] = await a.victim.exec("echo started; sleep 3; echo survived", timeout_seconds=30)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bystander)
+                await anyio.sleep(0.5)
+                results["attacker"] = await a.victim.exec("kill -9 -1; sleep 2; echo not reached")
+        assert results["attacker"].returncode < 0 and "not reached" not in results["attacker"].stdout
+        assert results["bystander"].returncode == -9 and "survived" not in results["bystander"].stdout
+        assert (await a.victim.exec(["echo", "alive"])).stdout == "alive\n"
+        ps = await a.victim.exec("ps -eo pid= | wc -l")
+        assert int(ps.stdout) <= 6  # the agent, its spare workers, and this ps
+
+
+BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+
+
+async def test_a_fork_bomb_from_the_warm_interpreter_is_contained(tag: str) -> None:
+    pids = 48
+    async with arena(tag, resources=cwa.Resources(pids=pids)) as a:
+        bwrap = a.host_pid(a.victim)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, len(descendants(bwrap)))
+                await anyio.sleep(0.01)
+
+        start = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            with anyio.fail_after(20), pytest.raises(cwa.SandboxTimeoutError):
+                await a.victim.run_python(BOMB, timeout_seconds=3)
+            tg.cancel_scope.cancel()
+        assert time.monotonic() - start < 10
+        limit = a.session.backend.limits.get("pids", "")  # type: ignore[attr-defined]
+        if limit.startswith("cgroup"):
+            # The limit (plus the agent's overhead) held: a few hundred processes appear within a second
+            # without it. (Each sample walks /proc while processes come and go, so it is not atomic.)
+            assert 0 < peak <= 2 * (pids + 16), peak
+        assert (await a.victim.exec(["echo", "alive"])).stdout == "alive\n"
+        ps = await a.victim.exec("ps -eo pid= | wc -l")
+        assert int(ps.stdout) <= 6
+
+
+PTRACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE = 0x4206  # attaches without stopping the target, so a successful probe harms nothing
+out = []
+for name, pid in (("agent", 1), ("worker", os.getppid())):
+    rc = libc.ptrace(PTRACE_SEIZE, pid, 0, 0)
+    out.append(f"{name}-ptrace=" + ("ok" if rc == 0 else str(ctypes.get_errno())))
+    try:
+        with open(f"/proc/{pid}/mem", "rb"):
+            out.append(f"{name}-mem=ok")
+    except OSError as e:
+        out.append(f"{name}-mem={e.errno}")
+print(" ".join(out))
+"""
+
+
+async def test_commands_cannot_ptrace_or_read_the_agent(tag: str) -> None:
+    """The agent (PID 1) and the workers hold the channel to the driver and report exit codes: a
+    command that could attach to them or write their memory could forge any result."""
+    async with arena(tag) as a:
+        for r in (await a.victim.exec(["python3", "-c", PTRACE]), await a.victim.run_python(PTRACE)):
+            assert r.returncode == 0, r.stderr
+            assert "=ok" not in r.stdout, f"a command reached the agent: {r.stdout.strip()}"
+        assert (await a.victim.exec(["echo", "alive"])).stdout == "alive\n"
+
+
+async def test_commands_cannot_write_into_the_agents_channel(tag: str) -> None:
+    """``host_uid=None`` maps the sandbox user to the driver's own uid, as it is whenever the driver is
+    not root: then the agent's pipes belong to the sandbox user. A command writing into the agent's
+    stdout could inject protocol frames (forged exit codes) or break the channel."""
+    async with arena(tag, backend_options={"host_uid": None}) as a:
+        with anyio.fail_after(15):
+            r = await a.victim.exec("printf 'not a frame, not at all' > /proc/1/fd/1; echo rc=$?", timeout_seconds=5)
+        assert "rc=0" not in r.stdout
+        assert (await a.victim.exec(["echo", "alive"])).stdout == "alive\n"
