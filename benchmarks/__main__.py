@@ -4,7 +4,8 @@
 
 Each benchmark runs in its own process (so one cannot skew another's event loop
 or memory) and writes ``benchmarks/out/<name>.json``; this runner collects their
-``headline`` figures into ``benchmarks/out/summary.json`` and prints them.
+``headline`` figures into ``benchmarks/out/summary.json`` and prints them, then
+draws the charts (``benchmarks.charts``) from whatever JSON is there.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def main() -> int:
     (OUT_DIR / "summary.json").write_text(
         json.dumps({"machine": machine(), "quick": args.quick, "results": results}, indent=2)
     )
+    print("\ncharts (python -m benchmarks.charts):", flush=True)
+    subprocess.run([sys.executable, "-m", "benchmarks.charts"], cwd=root, check=False)
     return 1 if any(r.get("failed") for r in results.values()) else 0
 
 

@@ -5,13 +5,18 @@
    same coroutines. Ratio = gatherer rate / asyncio rate (above 1: faster).
 2. Full stack: ``Session(backend=FakeBackend())`` with zero latency, execs of
    ``true`` through the gatherer (bounded, with metrics), each exec in a sandbox
-   leased from a ``SandboxPool`` (reused, and fresh per lease), or on one sandbox
-   per worker; against two baselines measured in the same run: bare asyncio tasks
-   doing nothing (``asyncio.gather`` of empty coroutines), and bare asyncio tasks
-   calling ``FakeBackend.exec`` directly (the fake's own cost, no library).
+   leased from a ``SandboxPool`` (reused without and with ``check_on_lease``, and
+   fresh per lease), or on one sandbox per worker; against two baselines measured
+   in the same run: bare asyncio tasks doing nothing (``asyncio.gather`` of empty
+   coroutines), and bare asyncio tasks calling ``FakeBackend.exec`` directly (the
+   fake's own cost, no library).
 
-Writes benchmarks/out/overhead.json. ``--profile`` prints where the full stack's
-time goes (cProfile, top functions by own time).
+Each figure is the best of several runs, each on a fresh event loop with GC paused.
+Wall-clock rates and ratios are the headline; the same ratios on the process's CPU
+time are reported too (``cpu_*``): on a shared machine they move less, since time
+spent waiting for a core is not counted. Writes benchmarks/out/overhead.json.
+``--profile`` prints where the full stack's time goes (cProfile, top functions by
+own time; cProfile inflates small functions, so read it for proportions).
 
     python -m benchmarks.bench_overhead [--quick] [--profile]
 """
@@ -47,17 +52,23 @@ async def _nothing() -> None:
 
 def best_of(repeats: int, run: Callable[[], Awaitable[Any]]) -> float:
     """Best wall time of ``repeats`` runs, each on a fresh event loop, GC paused while timed."""
-    best = float("inf")
+    return best_wall_and_cpu(repeats, run)[0]
+
+
+def best_wall_and_cpu(repeats: int, run: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """Best wall time and best process CPU time of ``repeats`` runs (fresh event loop each, GC paused)."""
+    wall = cpu = float("inf")
     for _ in range(repeats):
         gc.collect()
         gc.disable()
         try:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             asyncio.run(run())  # type: ignore[arg-type]
-            best = min(best, time.perf_counter() - start)
+            wall = min(wall, time.perf_counter() - start)
+            cpu = min(cpu, time.process_time() - start_cpu)
         finally:
             gc.enable()
-    return best
+    return wall, cpu
 
 
 # -- 1. trivial awaitables ------------------------------------------------------------
@@ -107,9 +118,9 @@ async def bare_backend_exec(n: int) -> None:
         await asyncio.gather(*[one() for _ in range(n)])
 
 
-async def stack_pool(n: int, *, reuse: bool) -> None:
+async def stack_pool(n: int, *, reuse: bool, check: bool = False) -> None:
     session = cwa.Session(backend=FakeBackend(), handle_signals=False)
-    async with session, cwa.SandboxPool(session, size=WORKERS, reuse=reuse, check_on_lease=False) as pool:
+    async with session, cwa.SandboxPool(session, size=WORKERS, reuse=reuse, check_on_lease=check) as pool:
         await pool.wait_ready()
 
         async def rollout() -> cwa.ExecResult:
@@ -152,11 +163,16 @@ def main() -> None:
     repeats = 2 if args.quick else 3
 
     rate: dict[str, float] = {}
+    cpu_rate: dict[str, float] = {}
 
     def measure(name: str, n: int, run: Callable[[], Awaitable[Any]]) -> None:
-        seconds = best_of(repeats, run)
+        seconds, cpu = best_wall_and_cpu(repeats, run)
         rate[name] = n / seconds
-        print(f"  {name:<34} {n / seconds:>12,.0f} /s   ({seconds:.3f} s for {n:,})", flush=True)
+        cpu_rate[name] = n / cpu
+        print(
+            f"  {name:<38} {n / seconds:>10,.0f} /s   ({seconds:.3f} s for {n:,}; {cpu / n * 1e6:6.2f} µs CPU each)",
+            flush=True,
+        )
 
     print(f"trivial awaitables ({n_trivial:,}):")
     measure("asyncio.gather (baseline)", n_trivial, lambda: bare_gather(n_trivial))
@@ -168,6 +184,7 @@ def main() -> None:
     measure("bare asyncio tasks doing nothing", n_stack, lambda: bare_tasks(n_stack))
     measure("bare tasks -> FakeBackend.exec", n_stack, lambda: bare_backend_exec(n_stack))
     measure("stack: pool(reuse) + gather + metrics", n_stack, lambda: stack_pool(n_stack, reuse=True))
+    measure("stack: pool(reuse, checked) + gather", n_stack, lambda: stack_pool(n_stack, reuse=True, check=True))
     measure("stack: pool(fresh) + gather + metrics", n_fresh, lambda: stack_pool(n_fresh, reuse=False))
     measure("stack: sandbox/worker + gather", n_stack, lambda: stack_sandbox_per_worker(n_stack))
 
@@ -179,13 +196,24 @@ def main() -> None:
         "as_completed_factories_vs_asyncio_gather_ratio": rate["cwa.as_completed (factories)"] / base_trivial,
         "gather_vs_asyncio_gather_ratio": rate["cwa.gather"] / base_trivial,
         "stack_pool_reuse_vs_bare_tasks_ratio": rate["stack: pool(reuse) + gather + metrics"] / base_tasks,
+        "stack_pool_checked_vs_bare_tasks_ratio": rate["stack: pool(reuse, checked) + gather"] / base_tasks,
         "stack_pool_fresh_vs_bare_tasks_ratio": rate["stack: pool(fresh) + gather + metrics"] / base_tasks,
         "stack_per_worker_vs_bare_tasks_ratio": rate["stack: sandbox/worker + gather"] / base_tasks,
         "stack_pool_reuse_vs_bare_backend_exec_ratio": rate["stack: pool(reuse) + gather + metrics"] / base_exec,
         "stack_per_worker_vs_bare_backend_exec_ratio": rate["stack: sandbox/worker + gather"] / base_exec,
     }
-    print("ratios (library rate / baseline rate; 1.0 = as fast):")
-    for key, value in ratios.items():
+    cpu_ratios = {
+        "cpu_stack_pool_reuse_vs_bare_tasks_ratio": cpu_rate["stack: pool(reuse) + gather + metrics"]
+        / cpu_rate["bare asyncio tasks doing nothing"],
+        "cpu_stack_pool_checked_vs_bare_tasks_ratio": cpu_rate["stack: pool(reuse, checked) + gather"]
+        / cpu_rate["bare asyncio tasks doing nothing"],
+        "cpu_stack_pool_fresh_vs_bare_tasks_ratio": cpu_rate["stack: pool(fresh) + gather + metrics"]
+        / cpu_rate["bare asyncio tasks doing nothing"],
+        "cpu_stack_per_worker_vs_bare_tasks_ratio": cpu_rate["stack: sandbox/worker + gather"]
+        / cpu_rate["bare asyncio tasks doing nothing"],
+    }
+    print("ratios (library rate / baseline rate; 1.0 = as fast; cpu_: on process CPU time):")
+    for key, value in {**ratios, **cpu_ratios}.items():
         print(f"  {key:<48} {value:.2f}")
     data: dict[str, Any] = {
         "quick": args.quick,
@@ -193,11 +221,14 @@ def main() -> None:
         "n_trivial": n_trivial,
         "n_stack": n_stack,
         "rates_per_second": {k: round(v) for k, v in rate.items()},
+        "cpu_rates_per_second": {k: round(v) for k, v in cpu_rate.items()},
         **{k: round(v, 3) for k, v in ratios.items()},
+        **{k: round(v, 3) for k, v in cpu_ratios.items()},
         "headline": {
             "as_completed_vs_asyncio_gather_ratio": round(ratios["as_completed_vs_asyncio_gather_ratio"], 3),
             "stack_execs_per_s": round(rate["stack: pool(reuse) + gather + metrics"]),
             "stack_vs_bare_tasks_ratio": round(ratios["stack_pool_reuse_vs_bare_tasks_ratio"], 3),
+            "stack_vs_bare_tasks_cpu_ratio": round(cpu_ratios["cpu_stack_pool_reuse_vs_bare_tasks_ratio"], 3),
         },
     }
     if args.profile:

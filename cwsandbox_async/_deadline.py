@@ -17,6 +17,7 @@ backend that swallows the ``CancelledError`` is not cancelled again.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TypeVar
@@ -25,7 +26,7 @@ import anyio
 
 from ._errors import SandboxError, SandboxTimeoutError, SandboxTransportError
 
-__all__ = ["bounded", "call_backend", "cancel_scope"]
+__all__ = ["backend_error", "bounded", "call_backend", "cancel_scope"]
 
 T = TypeVar("T")
 
@@ -55,20 +56,16 @@ def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> anyio.C
     return cls(deadline=deadline, shield=shield)
 
 
-class _Watch:
-    """One bounded call in flight: the task to cancel when ``when`` passes."""
+#: A bounded call in flight, keyed by a token in its bucket: the task to cancel, and when.
+_Entry = tuple[asyncio.Task[object], float]
+_tokens = itertools.count()
 
-    __slots__ = ("cancelling", "fired", "task", "when")
 
-    def __init__(self, task: asyncio.Task[object], when: float) -> None:
-        self.task = task
-        self.when = when
-        self.cancelling = task.cancelling()
-        self.fired = False
-
-    def expire(self) -> None:
-        self.fired = True
-        self.task.cancel()
+def _expire(calls: dict[int, _Entry], token: int) -> None:
+    """Cancel one call unless it has finished (its own timer: see ``MAX_BUCKETS``)."""
+    entry = calls.pop(token, None)
+    if entry is not None:
+        entry[0].cancel()
 
 
 class _Deadlines:
@@ -78,7 +75,7 @@ class _Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.buckets: dict[float, dict[_Watch, None]] = {}
+        self.buckets: dict[float, dict[int, _Entry]] = {}
         self.handle: asyncio.TimerHandle | None = None
         self.handle_when = math.inf
 
@@ -96,19 +93,20 @@ class _Deadlines:
         return bool(empty)
 
     def fire(self) -> None:
-        """Expire every call whose deadline has passed; re-arm for the earliest one left."""
+        """Cancel every call whose deadline has passed (removing it); re-arm for the earliest one left."""
         self.handle = None
         self.handle_when = math.inf
         now = self.loop.time()
         nearest = math.inf
         for seconds, bucket in list(self.buckets.items()):
             while bucket:
-                watch = next(iter(bucket))
-                if watch.when > now:
-                    nearest = min(nearest, watch.when)
+                token = next(iter(bucket))
+                task, when = bucket[token]
+                if when > now:
+                    nearest = min(nearest, when)
                     break
-                del bucket[watch]
-                watch.expire()
+                del bucket[token]
+                task.cancel()
             if not bucket:
                 del self.buckets[seconds]
         if nearest < math.inf:
@@ -137,40 +135,38 @@ async def bounded(what: str, seconds: float, aw: Awaitable[T], *, sandbox_id: st
         if isinstance(aw, Coroutine):
             aw.close()
         raise RuntimeError("a backend call must run inside a task")
+    cancelling = task.cancelling()
     when = loop.time() + seconds
-    watch = _Watch(task, when)
+    token = next(_tokens)
     reg = _deadlines(loop)
-    bucket = reg.buckets.get(seconds)
+    calls = reg.buckets.get(seconds)
     timer: asyncio.TimerHandle | None = None
-    if bucket is None and len(reg.buckets) >= MAX_BUCKETS and not reg.prune():
-        timer = loop.call_at(when, watch.expire)  # too many distinct durations in flight: a timer of its own
-    else:
-        if bucket is None:
-            bucket = reg.buckets[seconds] = {}
-        bucket[watch] = None
-        if when < reg.handle_when:
-            reg.arm(when)
+    if calls is None and len(reg.buckets) >= MAX_BUCKETS and not reg.prune():
+        calls = {}  # too many distinct durations in flight: a timer of its own
+        timer = loop.call_at(when, _expire, calls, token)
+    elif calls is None:
+        calls = reg.buckets[seconds] = {}
+    calls[token] = (task, when)
+    if timer is None and when < reg.handle_when:
+        reg.arm(when)
     try:
         try:
             result = await aw
         finally:
+            fired = calls.pop(token, None) is None  # the deadline took it out when it cancelled the task
             if timer is not None:
                 timer.cancel()
-            elif bucket is not None and not watch.fired:
-                del bucket[watch]
     except asyncio.CancelledError as exc:
-        if watch.fired and task.uncancel() <= watch.cancelling:
+        if fired and task.uncancel() <= cancelling:
             raise _timeout_error(what, seconds, sandbox_id) from TimeoutError(str(exc) or "deadline exceeded")
         raise
     except BaseException as exc:
-        if watch.fired:  # the call swallowed our cancellation and failed otherwise
+        if fired:  # the call swallowed our cancellation and failed otherwise
             task.uncancel()
         if isinstance(exc, SandboxError) or not isinstance(exc, Exception):
             raise
-        if isinstance(exc, TimeoutError):
-            raise _timeout_error(what, seconds, sandbox_id) from exc
-        raise SandboxTransportError(f"{what} failed: {exc!r}", sandbox_id=sandbox_id) from exc
-    if watch.fired:  # the call swallowed our cancellation and returned
+        raise backend_error(what, seconds, exc, sandbox_id) from exc
+    if fired:  # the call swallowed our cancellation and returned
         task.uncancel()
     return result
 
@@ -193,8 +189,13 @@ async def call_backend(
         aw = fn()
     except SandboxError:
         raise
-    except TimeoutError as exc:
-        raise _timeout_error(what, seconds, sandbox_id) from exc
     except Exception as exc:
-        raise SandboxTransportError(f"{what} failed: {exc!r}", sandbox_id=sandbox_id) from exc
+        raise backend_error(what, seconds, exc, sandbox_id) from exc
     return await bounded(what, seconds, aw, sandbox_id=sandbox_id)
+
+
+def backend_error(what: str, seconds: float, exc: Exception, sandbox_id: str | None) -> SandboxError:
+    """The ``SandboxError`` to raise (``from exc``) for a foreign exception a backend call let escape."""
+    if isinstance(exc, TimeoutError):
+        return _timeout_error(what, seconds, sandbox_id)
+    return SandboxTransportError(f"{what} failed: {exc!r}", sandbox_id=sandbox_id)

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from ._errors import SandboxError
 
-__all__ = ["Outcome", "OutcomeKind", "classify_error"]
+__all__ = ["Outcome", "OutcomeKind", "classify_error", "make_outcome"]
 
 T = TypeVar("T")
 
@@ -71,6 +71,35 @@ class Outcome(Generic[T]):
         if self.error is not None:
             raise self.error
         return self.value  # type: ignore[return-value]  # OK outcomes hold the returned value, None included
+
+
+_new = object.__new__
+_slots = Outcome.__dict__  # the slots' member descriptors
+_set_index = _slots["index"].__set__
+_set_key = _slots["key"].__set__
+_set_kind = _slots["kind"].__set__
+_set_value = _slots["value"].__set__
+_set_error = _slots["error"].__set__
+_set_duration = _slots["duration"].__set__
+
+
+def make_outcome(
+    index: int, key: Any, kind: OutcomeKind, value: Any, error: BaseException | None, duration: float
+) -> Outcome[Any]:
+    """``Outcome(index, key, kind, value, error, duration)`` at about half the cost.
+
+    The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` once per
+    field; this fills the slots directly (the gatherer makes one per item). The
+    result is an ordinary ``Outcome``, equal to the one the constructor would build.
+    """
+    o = _new(Outcome)
+    _set_index(o, index)
+    _set_key(o, key)
+    _set_kind(o, kind)
+    _set_value(o, value)
+    _set_error(o, error)
+    _set_duration(o, duration)
+    return o
 
 
 def classify_error(exc: BaseException) -> OutcomeKind:

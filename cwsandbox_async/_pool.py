@@ -283,8 +283,9 @@ class SandboxPool(PoolCore):
         returned to the pool with ``reuse=True`` only after a clean exit and reset.
         """
         timeout = self._lease_timeout if timeout_seconds is None else _seconds(timeout_seconds, "timeout_seconds")
-        hold = validate_timeout(hold_timeout_seconds, "hold_timeout_seconds", allow_none=True)
-        return Lease(self, timeout, self._hold_timeout if hold is None else hold)
+        if hold_timeout_seconds is None:
+            return Lease(self, timeout, self._hold_timeout)
+        return Lease(self, timeout, validate_timeout(hold_timeout_seconds, "hold_timeout_seconds"))
 
     # -- sizing ------------------------------------------------------------------
     async def wait_ready(self, timeout_seconds: float | None = None) -> None:

@@ -15,6 +15,7 @@ the sandbox on; a lease cancelled during its health check puts it back.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from ._deadline import cancel_scope
 from ._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxError
 from ._log import log
 from ._pool_create import Creator
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PoolCore", "ResetHook"]
 
+#: ``SandboxStatus.is_terminal``, read from the sandbox's field in the hot paths (no property calls).
+_TERMINAL = frozenset({SandboxStatus.COMPLETED, SandboxStatus.FAILED})
+
 #: ``async def reset(sandbox) -> None``; raising (or timing out) discards the sandbox.
 ResetHook = Callable[["Sandbox"], Awaitable[None]]
 
@@ -45,7 +50,7 @@ class _Waiter:
     __slots__ = ("error", "event", "sandbox")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self.event = asyncio.Event()  # waited on once, unset: as anyio.Event on asyncio, minus its look-up
         self.sandbox: Sandbox | None = None
         self.error: BaseException | None = None
 
@@ -139,14 +144,21 @@ class PoolCore:
 
     def _update(self) -> None:
         """Called after every change: refill, publish gauges, wake whoever waits on a condition."""
-        self._fill()
-        alive = len(self._idle) + len(self._out) + self._warming + self._destroying
+        state = self._state
+        idle, out, warming = len(self._idle), len(self._out), self._warming
+        alive = idle + out + warming + self._destroying
+        if (
+            state is PoolState.OPEN
+            and alive < self._max_size
+            and self._size + len(self._waiters) > idle + warming  # else _fill has nothing to start
+        ):
+            self._fill()
+            warming = self._warming
+            alive = idle + out + warming + self._destroying
         if alive > self._max_alive:
             self._max_alive = alive
-        if self._state is not PoolState.CLOSED:
-            self._session.metrics.pool_gauges(
-                idle=len(self._idle), leased=len(self._out), warming=self._warming, pool_id=self.pool_id
-            )
+        if state is not PoolState.CLOSED:
+            self._session.metrics.pool_gauges(idle=idle, leased=out, warming=warming, pool_id=self.pool_id)
         changed = self._changed
         if changed is not None:
             self._changed = None
@@ -161,7 +173,7 @@ class PoolCore:
         n = min(wanted, self._max_size - self._alive())
         if n <= 0:
             return
-        if anyio.current_time() < self._creator.cooling_until:
+        if asyncio.get_running_loop().time() < self._creator.cooling_until:
             if not self._timer_pending:
                 self._timer_pending = True
                 tg.start_soon(self._wake_at, self._creator.cooling_until, name="pool cool-down")
@@ -179,19 +191,23 @@ class PoolCore:
 
     def _deliver(self, sb: Sandbox, *, front: bool = False) -> None:
         """Place a ready sandbox that is in no set yet: first waiter, else idle, else destroy it."""
-        if self._state is not PoolState.OPEN or sb.status.is_terminal:
+        if self._state is not PoolState.OPEN or sb._status in _TERMINAL:
             self._discard_soon(sb)
             return
+        idle = self._idle
         if self._waiters:
             waiter = self._waiters.popleft()
             waiter.sandbox = sb
             self._out.add(sb)
             waiter.event.set()
-        elif len(self._idle) < self._size and self._alive() < self._max_size:
+        elif (
+            len(idle) < self._size
+            and len(idle) + len(self._out) + self._warming + self._destroying < self._max_size  # _alive()
+        ):
             if front:
-                self._idle.appendleft(sb)
+                idle.appendleft(sb)
             else:
-                self._idle.append(sb)
+                idle.append(sb)
         else:
             self._discard_soon(sb)
 
@@ -219,7 +235,7 @@ class PoolCore:
 
     async def _destroy(self, sb: Sandbox) -> None:
         """Stop one sandbox (shielded, bounded by the stop deadline); then free its slot."""
-        with anyio.CancelScope(shield=True):
+        with cancel_scope(shield=True):
             counted = sb not in self._stopped
             self._stopped.add(sb)
             try:
@@ -296,7 +312,7 @@ class PoolCore:
         turn), or the pool not open (``_acquire`` raises).
         """
         idle = self._idle
-        if self._state is not PoolState.OPEN or self._check_on_lease or not idle or idle[0].status.is_terminal:
+        if self._state is not PoolState.OPEN or self._check_on_lease or not idle or idle[0]._status in _TERMINAL:
             return None
         sb = idle.popleft()
         self._out.add(sb)
@@ -308,7 +324,7 @@ class PoolCore:
         """A checked, running sandbox and whether it was warm (idle at once). Raises as ``lease()`` says."""
         self._check_can_lease()
         warm, front = True, False
-        with anyio.move_on_after(timeout_seconds):
+        with cancel_scope(deadline=asyncio.get_running_loop().time() + timeout_seconds):  # anyio.move_on_after
             while True:
                 self._check_can_lease()
                 if self._idle:
@@ -374,7 +390,7 @@ class PoolCore:
             self._drop_dead(sb)
         return ok
 
-    def _release_now(self, sb: Sandbox, *, clean: bool) -> bool:
+    def _release_now(self, sb: Sandbox, clean: bool) -> bool:
         """``_release`` when it needs no await (nearly always: the slow work runs in the background).
 
         False if the caller must await ``_release`` (shielded): only when the pool's
@@ -384,7 +400,7 @@ class PoolCore:
         if sb not in out:  # the pool already destroyed it (close deadline)
             self._update()
             return True
-        if clean and self._reuse and self._state is PoolState.OPEN and not sb.status.is_terminal:
+        if clean and self._reuse and self._state is PoolState.OPEN and sb._status not in _TERMINAL:
             if self._reset is None:
                 out.discard(sb)
                 self._deliver(sb)

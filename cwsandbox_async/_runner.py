@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from types import CoroutineType
 from typing import Any, Protocol
 
 import anyio
@@ -22,11 +23,16 @@ from anyio.streams.memory import MemoryObjectSendStream
 from ._errors import SandboxTimeoutError, SandboxValidationError
 from ._feed import Feed, FeedFailed
 from ._log import log
-from ._outcome import Outcome, OutcomeKind, classify_error
+from ._outcome import Outcome, OutcomeKind, classify_error, make_outcome
 
 __all__ = ["OutcomeSink", "Runner", "Sender"]
 
 Sender = MemoryObjectSendStream["Outcome[Any] | FeedFailed"]
+
+_perf = time.perf_counter
+_OK = OutcomeKind.OK
+#: ``kind.value`` without the enum's property lookup, for the metrics sink.
+_KIND_NAMES = {kind: kind.value for kind in OutcomeKind}
 
 
 class OutcomeSink(Protocol):
@@ -71,17 +77,17 @@ class Runner:
 
     async def run_item(self, index: int, key: Any, item: Any) -> Outcome[Any]:
         """Run one item; every ``Exception`` becomes the outcome's error. Cancellation of the worker propagates."""
-        start = time.perf_counter()
+        start = _perf()
         scope: anyio.CancelScope | None = None
         error: BaseException
         try:
             aw = item() if callable(item) else item
-            if not inspect.isawaitable(aw):
+            if type(aw) is not CoroutineType and not inspect.isawaitable(aw):
                 raise SandboxValidationError(
                     f"item {index} is not an awaitable or a zero-argument callable returning one: {aw!r:.80}"
                 )
             if self.timeout is None:
-                value = await aw
+                return make_outcome(index, key, _OK, await aw, None, _perf() - start)
             else:
                 scope = anyio.CancelScope(deadline=anyio.current_time() + self.timeout)
                 with scope:
@@ -90,7 +96,7 @@ class Runner:
                     raise SandboxTimeoutError(
                         f"item {index} did not finish within {self.timeout:g} s", infrastructure=False
                     )
-            return Outcome(index, key, OutcomeKind.OK, value, None, time.perf_counter() - start)
+            return make_outcome(index, key, _OK, value, None, _perf() - start)
         except asyncio.CancelledError as exc:
             if _cancel_requested():
                 raise
@@ -98,11 +104,12 @@ class Runner:
         except Exception as exc:
             kind = OutcomeKind.TIMEOUT if scope is not None and scope.cancel_called else classify_error(exc)
             error = exc
-        return Outcome(index, key, kind, None, error, time.perf_counter() - start)
+        return make_outcome(index, key, kind, None, error, _perf() - start)
 
     async def worker(self, send: Sender | None) -> None:
         """Pull, run, deliver, until the input is exhausted or fails; start one more worker after the first pull."""
         feed = self.feed
+        sink, bar = self.sink, self.bar
         try:
             spawned = False
             while True:
@@ -117,16 +124,18 @@ class Runner:
                         feed.workers += 1
                         assert self.tg is not None
                         self.tg.start_soon(self.worker, None if send is None else send.clone())
-                feed.started()
+                n = feed.in_flight = feed.in_flight + 1
+                if n > feed.max_in_flight:
+                    feed.max_in_flight = n
                 try:
                     outcome = await self.run_item(index, key, item)
                 finally:
                     feed.in_flight -= 1
                 feed.completed += 1
-                if self.sink is not None:
+                if sink is not None:
                     self._emit(outcome)
-                if self.bar is not None:
-                    self.bar.update(1)
+                if bar is not None:
+                    bar.update(1)
                 if send is None:
                     self._store(outcome)
                     continue
@@ -165,6 +174,6 @@ class Runner:
     def _emit(self, outcome: Outcome[Any]) -> None:
         assert self.sink is not None
         try:
-            self.sink.gather_outcome(outcome.kind.value, outcome.duration)
+            self.sink.gather_outcome(_KIND_NAMES[outcome.kind], outcome.duration)
         except Exception as exc:  # metrics must never fail the gather
             log.warning("metrics sink failed", error=repr(exc))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._deadline import call_backend
+from ._deadline import backend_error, bounded, call_backend, cancel_scope
 from ._errors import (
     SandboxError,
     SandboxExecutionError,
@@ -20,14 +20,16 @@ from ._errors import (
     SandboxTimeoutError,
 )
 from ._log import log
-from ._types import ExecExit, ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus, StreamName
-from ._validate import MAX_FILE_BYTES, validate_exec, validate_file_data, validate_path, validate_timeout
+from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus, StreamName
+from ._validate import MAX_FILE_BYTES, exec_request, validate_file_data, validate_path, validate_timeout
 
 if TYPE_CHECKING:
     from ._metrics import MetricsAggregator
     from .backends.base import Backend
 
 __all__ = ["Process", "Sandbox"]
+
+_monotonic = time.monotonic
 
 #: Extra time the client waits past an exec's own timeout before it calls the backend stuck.
 EXEC_GRACE_SECONDS = 10.0
@@ -137,15 +139,16 @@ class Sandbox:
         max_output_bytes: int | None,
     ) -> ExecRequest:
         d = self._defaults
-        req = validate_exec(
+        req = exec_request(
             command,
-            timeout_seconds=d.exec_timeout_seconds if timeout_seconds is None else timeout_seconds,
-            cwd=d.working_dir if cwd is None else cwd,
-            env=env,
-            stdin=stdin,
-            max_output_bytes=d.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            d.exec_timeout_seconds if timeout_seconds is None else timeout_seconds,
+            d.working_dir if cwd is None else cwd,
+            env,
+            stdin,
+            d.max_output_bytes if max_output_bytes is None else max_output_bytes,
         )
-        self._check_running()
+        if self._status is not SandboxStatus.RUNNING:
+            self._check_running()
         return req
 
     async def exec(
@@ -225,15 +228,19 @@ class Sandbox:
         python: bool = False,
     ) -> ExecResult:
         self._exec_count += 1
-
-        async def call() -> ExecExit:
-            if python:
-                return await self._backend.run_python(self._id, req.argv[2], req, on_output)  # type: ignore[arg-type]
-            return await self._backend.exec(self._id, req, on_output)  # type: ignore[arg-type]
-
-        start = time.monotonic()
+        sid = self._id
+        start = _monotonic()
         try:
-            ex = await call_backend("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, call, sandbox_id=self._id)
+            try:
+                if python:
+                    call = self._backend.run_python(sid, req.argv[2], req, on_output)  # type: ignore[arg-type]
+                else:
+                    call = self._backend.exec(sid, req, on_output)  # type: ignore[arg-type]
+            except SandboxError:
+                raise
+            except Exception as exc:  # a backend method that failed before returning its awaitable
+                raise backend_error("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, exc, sid) from exc
+            ex = await bounded("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, call, sandbox_id=sid)
         except SandboxError as exc:
             self._record_failure(exc, time.monotonic() - start)
             raise
@@ -241,7 +248,17 @@ class Sandbox:
             self._failures += 1
             self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, time.monotonic() - start, 0.0)
             raise
-        result = ExecResult.from_exit(req.argv, ex, self._id)
+        result = ExecResult(
+            command=req.argv,
+            returncode=ex.returncode,
+            stdout_bytes=ex.stdout,
+            stderr_bytes=ex.stderr,
+            wall_seconds=ex.wall_seconds,
+            cpu_seconds=ex.cpu_seconds,
+            truncated=ex.truncated,
+            timed_out=ex.timed_out,
+            sandbox_id=sid,
+        )
         if ex.timed_out:
             self._failures += 1
             self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, ex.wall_seconds, ex.cpu_seconds, timed_out=True)
@@ -302,7 +319,7 @@ class Sandbox:
     # -- lifecycle -------------------------------------------------------------
     async def stop(self) -> None:
         """Stop the sandbox and release it. Idempotent; safe under cancellation (runs shielded, bounded)."""
-        with anyio.CancelScope(shield=True):
+        with cancel_scope(shield=True):
             async with self._stop_lock:
                 if self._status is SandboxStatus.COMPLETED:
                     return

@@ -182,6 +182,15 @@ async def test_cgroup_limits_cannot_be_raised_from_inside(tag: str) -> None:
         assert "rc=0" not in r.stdout
 
 
+async def test_kernel_settings_cannot_be_written_from_inside(tag: str) -> None:
+    async with arena(tag) as a:
+        for target in ("/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger"):
+            r = await a.victim.exec(f"echo 1 > {target}; echo rc=$?")
+            assert "rc=0" not in r.stdout, (target, r)
+        r = await a.victim.exec("hostname evil 2>&1; echo rc=$?")
+        assert "rc=0" not in r.stdout
+
+
 async def test_filling_every_writable_place_stops_at_its_quota(tag: str) -> None:
     mib = 1 << 20
     res = cwa.Resources(tmp_mib=8, workspace_mib=8, memory_mib=512)

@@ -8,7 +8,8 @@ the source and its JSON configuration from stdin before the protocol starts.
 The agent speaks the framed protocol of ``_protocol`` on its stdin and stdout and
 serves many requests at once from one ``epoll`` loop. It runs no command itself:
 each exec goes to an idle *worker* (``_worker``), a fork of the agent reused from
-exec to exec (forked when none is idle, at most ``MAX_IDLE_WORKERS`` kept idle).
+exec to exec (forked when none is idle, at most ``MAX_IDLE_WORKERS`` kept idle; after
+``idle_trim`` seconds without an exec, only one: each idle worker holds 1-1.5 MiB).
 The agent creates the exec's stdout/stderr pipes and a memfd holding its stdin,
 passes them to the worker, forwards output chunks to the client as they arrive,
 and cuts a stream at the output cap (then orders the worker to kill the
@@ -89,6 +90,8 @@ BACKSTOP_SECONDS = 1.0
 #: Seconds the agent waits for an exec's pipes to close after its worker reported.
 EOF_GRACE_SECONDS = 1.0
 MAX_IDLE_WORKERS = 8
+#: Seconds without an exec after which idle workers beyond one are retired (config ``idle_trim``).
+IDLE_TRIM_SECONDS = 5.0
 
 
 class Exec:
@@ -159,6 +162,8 @@ class Agent:
         self.wake_r, self.wake_w = os.pipe()
         self.running = True
         self.refill_after = 0.0
+        self.idle_trim = float(config.get("idle_trim") or IDLE_TRIM_SECONDS)
+        self.last_exec = time.monotonic()  # when the last exec started or ended
         ttl = config.get("ttl")
         self.ttl_deadline = time.monotonic() + float(ttl) if ttl else None
 
@@ -252,6 +257,9 @@ class Agent:
                 if not self.running:
                     break
             self.check_deadlines()
+            if len(self.idle) > 1 and not self.execs and time.monotonic() >= self.last_exec + self.idle_trim:
+                for handle in self.idle[1:]:  # keep the one idle longest (typically the least used)
+                    self.retire(handle)
             if not events and not self.idle and self.running and time.monotonic() >= self.refill_after:
                 spare = self.spawn_worker()  # refill while nothing else is waiting
                 if spare is not None:
@@ -268,6 +276,8 @@ class Agent:
             deadlines.append(self.ttl_deadline)
         if not self.idle:
             deadlines.append(max(time.monotonic() + 0.002, self.refill_after))
+        elif len(self.idle) > 1 and not self.execs:
+            deadlines.append(self.last_exec + self.idle_trim)
         if not deadlines:
             return None
         return max(0.0, min(min(deadlines) - time.monotonic(), 1.0))
@@ -336,6 +346,7 @@ class Agent:
             request["py"] = True
         else:
             stdin, source = raw, b""
+        self.last_exec = time.monotonic()
         handle = self.idle.pop() if self.idle else self.spawn_worker()
         if handle is None:
             self.send(rid, R_ERR, b"cwsandbox: cannot start the command: no process available (pids limit?)\n")
@@ -432,6 +443,7 @@ class Agent:
             if handle.busy is not None and handle.busy.rid == int(rid_s):
                 self.by_exec.pop(handle.busy.rid, None)
                 handle.busy = None
+                self.last_exec = time.monotonic()
                 if len(self.idle) < MAX_IDLE_WORKERS:
                     self.idle.append(handle)
                 else:

@@ -1,0 +1,51 @@
+"""An idle sandbox keeps one spare worker, not one per exec it ever ran at once (each costs 1-1.5 MiB)."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import pytest
+
+from cwsandbox_async.backends.local import _backend
+
+from .conftest import local_session, requires_isolation, wait_until
+
+pytestmark = requires_isolation
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (bwrap's agent, its workers and their commands)."""
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        here = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{here}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{here}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            stack.extend(kids)
+    return out
+
+
+async def test_idle_workers_are_trimmed_to_one(tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_backend, "WORKER_IDLE_TRIM_SECONDS", 1.5)
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        root = s.backend._boxes[sb.sandbox_id].pid  # type: ignore[attr-defined]
+        assert root is not None
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(sb.exec, ["sleep", "0.3"])
+        # Right after the burst: the agent plus the four workers (and possibly a spare).
+        assert len(descendants(root)) >= 5
+        await wait_until(lambda: len(descendants(root)) == 2, within=10)  # the agent and one idle worker
+        r = await sb.exec(["echo", "still works"])
+        assert r.returncode == 0 and r.stdout == "still works\n"

@@ -1,0 +1,326 @@
+"""The operator CLI, run as a subprocess (``python -m cwsandbox_async.cli``): output, JSON and exit codes.
+
+Local sandboxes made here use a private registry (``--state-dir``), so ``list`` and
+``sweep`` see only this test's sandboxes, whatever else runs on the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import sys
+import textwrap
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from adversarial.conftest import bwrap_problem, host_processes_matching
+from k8s.conftest import TEST_IMAGE, BackendFactory, k8s_server, make_backend, needs_bwrap, wait_no_pods  # noqa: F401
+from k8s.server import KubeTestServer
+
+from cwsandbox_async.testing.contract import make_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The documented exit codes (pinned here; the test process does not import the CLI module).
+EXIT_CODES = (0, 1, 2, 3, 4, 124, 125, 130)
+local_only = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
+
+
+@dataclass
+class Ran:
+    code: int
+    out: bytes
+    err: bytes
+
+    @property
+    def stdout(self) -> str:
+        return self.out.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.err.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["KUBECONFIG"] = "/nonexistent/kubeconfig"  # never pick up a real cluster by accident
+    e.pop("KUBERNETES_SERVICE_HOST", None)
+    return e
+
+
+async def cli(*args: str, stdin: bytes | None = None, within: float = 60) -> Ran:
+    with anyio.fail_after(within):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cwsandbox_async.cli",
+            *args,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+            env=env(),
+        )
+        out, err = await proc.communicate(stdin)
+    assert proc.returncode is not None
+    return Ran(proc.returncode, out, err)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> list[str]:
+    """``--state-dir`` of a private registry for this test."""
+    return ["--state-dir", str(tmp_path / "state")]
+
+
+async def test_help_lists_the_commands_and_every_exit_code() -> None:
+    r = await cli("--help")
+    assert r.code == 0
+    for command in ("doctor", "list", "sweep", "exec", "bench"):
+        assert command in r.stdout
+    listed = r.stdout.split("exit codes:")[1].split("examples:")[0]
+    codes = [int(line.split()[0]) for line in listed.splitlines() if line.strip()[:1].isdigit()]
+    assert tuple(codes) == EXIT_CODES
+    r = await cli("exec", "--help")
+    assert r.code == 0 and "--timeout" in r.stdout and "exit codes" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sweep"], "needs --tag and/or --older-than"),
+        (["sweep", "--tag", "x", "--older-than", "2q"], "not a duration"),
+        (["--backend", "kubernetes", "--isolation", "none", "list"], "only for --backend local"),
+        (["exec"], "exec needs a command"),
+        (["exec", "--cwd", "relative", "--", "true"], "must be absolute"),
+        (["list", "--tag", "bad tag!"], "invalid tag"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+async def test_usage_errors_exit_2_with_a_helpful_message(args: list[str], message: str, state: list[str]) -> None:
+    full = [*args[:1], *state, *args[1:]] if args[0] in ("sweep", "exec", "list") else args
+    r = await cli(*full)
+    assert r.code == 2, (r.code, r.stderr)
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+async def test_a_missing_backend_is_exit_3_and_json_says_why() -> None:
+    r = await cli("--backend", "kubernetes", "list", "--json")
+    assert r.code == 3
+    doc = r.json()
+    assert doc["exit_code"] == 3 and doc["error"]["type"] == "SandboxBackendUnavailableError"
+    assert "kubeconfig" in doc["error"]["message"] and "kubeconfig" in r.stderr
+
+
+@local_only
+async def test_exec_streams_output_and_exits_with_the_commands_status(state: list[str]) -> None:
+    r = await cli("exec", *state, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (r.code, r.stdout, r.stderr) == (3, "out\n", "err\n")
+    r = await cli("exec", *state, "--shell", "--env", "GREETING=hi there", "--", 'echo "$GREETING"; kill -9 $$')
+    assert r.code == 128 + 9 and r.stdout == "hi there\n"
+    blob = os.urandom(100_000) + b"\x00\xff"
+    r = await cli("exec", *state, "--stdin", "--", "cat", stdin=blob)
+    assert r.code == 0 and r.out == blob
+    r = await cli("exec", *state, "--timeout", "1", "--", "sh", "-c", "echo started; sleep 30")
+    assert r.code == 124 and r.stdout == "started\n" and "timed out" in r.stderr
+
+
+@local_only
+async def test_exec_json(state: list[str]) -> None:
+    r = await cli("exec", *state, "--json", "--", "sh", "-c", "printf 'ok\\377'; echo warn >&2; exit 7")
+    doc = r.json()
+    assert r.code == 7 and doc["exit_code"] == 7 and doc["returncode"] == 7 and doc["error"] is None
+    assert base64.b64decode(doc["stdout_base64"]) == b"ok\xff" and doc["stdout"] == "ok\ufffd"
+    assert doc["stderr"] == "warn\n" and "stderr_base64" not in doc
+    assert doc["sandbox_id"].startswith("sbx-") and doc["timed_out"] is False
+    r = await cli("exec", *state, "--json", "--timeout", "1", "--max-output-bytes", "4096", "--", "yes")
+    doc = r.json()
+    assert r.code == 137 and doc["truncated"] and len(doc["stdout"]) == 4096
+    r = await cli("exec", *state, "--json", "--timeout", "1", "--", "sleep", "30")
+    doc = r.json()
+    assert r.code == 124 and doc["timed_out"] and doc["error"]["type"] == "SandboxTimeoutError"
+    # Nothing is left behind by any of them.
+    r = await cli("list", *state, "--json")
+    assert r.code == 0 and r.json()["sandboxes"] == []
+
+
+CRASHING_DRIVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from cwsandbox_async.backends.local import LocalBackend
+    from cwsandbox_async.testing.contract import make_spec
+
+    async def main():
+        backend = LocalBackend(state_dir=sys.argv[1])
+        for _ in range(2):
+            spec = make_spec(sys.argv[2])
+            await backend.create(spec)
+            print(spec.sandbox_id, flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def crashed_driver(state_dir: str, tag: str) -> list[str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CRASHING_DRIVER, state_dir, tag, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        with anyio.fail_after(60):
+            ids = [(await proc.stdout.readline()).decode().strip() for _ in range(2)]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    return ids
+
+
+@local_only
+async def test_list_and_sweep_find_and_remove_a_crashed_drivers_sandboxes(state: list[str]) -> None:
+    tag = f"cli-{uuid.uuid4().hex[:8]}"
+    ids = await crashed_driver(state[1], tag)
+    r = await cli("list", *state, "--tag", tag, "--json")
+    rows = r.json()["sandboxes"]
+    assert r.code == 0 and sorted(x["sandbox_id"] for x in rows) == sorted(ids)
+    assert all(x["owner_alive"] is False and x["status"] == "failed" and x["tags"] == [tag] for x in rows)
+    r = await cli("list", *state, "--tag", tag)
+    assert all(i in r.stdout for i in ids) and "gone" in r.stdout
+    r = await cli("sweep", *state, "--tag", tag, "--older-than", "1h", "--json")
+    assert r.code == 0 and r.json()["swept"] == [] and r.json()["matched"] == []  # too young
+    r = await cli("sweep", *state, "--tag", tag, "--dry-run")
+    assert r.code == 0 and "would stop 2" in r.stdout
+    assert len((await cli("list", *state, "--tag", tag, "--json")).json()["sandboxes"]) == 2
+    r = await cli("sweep", *state, "--tag", tag, "--json")
+    assert r.code == 0 and sorted(r.json()["swept"]) == sorted(ids) and r.json()["failed"] == []
+    r = await cli("list", *state, "--json")
+    assert r.json()["sandboxes"] == []
+    assert all(host_processes_matching(i.encode()) == [] for i in ids)
+
+
+def sandbox_sleeps(marker: str) -> list[int]:
+    """Processes whose command line is exactly ``sleep <marker>`` (not the CLI that asked for one)."""
+    want = f"sleep\0{marker}\0".encode()
+    out = []
+    for pid in host_processes_matching(marker.encode()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read() == want:
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+@local_only
+async def test_interrupting_exec_stops_its_sandbox(state: list[str]) -> None:
+    marker = str(9000 + os.getpid() % 900)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cwsandbox_async.cli", "exec", *state, "--", "sleep", marker,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env(),
+    )  # fmt: skip
+    try:
+        with anyio.fail_after(30):
+            while not sandbox_sleeps(marker):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            assert proc.stderr is not None
+            err = await proc.stderr.read()
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert code == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    assert sandbox_sleeps(marker) == []
+    assert (await cli("list", *state, "--json")).json()["sandboxes"] == []
+
+
+def checks(section: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {c["name"]: c for c in section["checks"]}
+
+
+HOLD_HERE = (
+    "sandbox starts",
+    "user namespace",
+    "pid namespace",
+    "no network",
+    "secrets masked",
+    "read-only root",
+    "process limit",
+    "memory limit",
+    "/tmp size limit",
+    "output cap",
+    "timeout kills the tree",
+    "cleanup",
+)
+
+
+@local_only
+async def test_doctor_reports_what_this_machine_enforces(state: list[str]) -> None:
+    r = await cli("doctor", *state, "--json", within=120)
+    doc = r.json()
+    local = checks(doc["local"])
+    assert all(c["probe"] for c in local.values()), "every claim names the probe behind it"
+    for name in HOLD_HERE:
+        assert local[name]["status"] == "ok", local[name]
+    assert doc["local"]["facts"]["isolation"] == "bwrap"
+    assert checks(doc["kubernetes"])["config"]["status"] == "skip"  # no kubeconfig: skipped, not failed
+    assert r.code == (0 if doc["ok"] else 1)
+    assert doc["ok"] == all(c["status"] != "fail" for s in ("local", "kubernetes") for c in doc[s]["checks"])
+    human = await cli("doctor", *state, "--skip-kubernetes", within=120)
+    assert "no network" in human.stdout and "probe:" in human.stdout and "limits enforced by" in human.stdout
+
+
+@local_only
+async def test_doctor_fails_where_there_is_no_isolation(state: list[str]) -> None:
+    """The probes are real: without isolation they see the network, the secrets and the host."""
+    r = await cli("doctor", *state, "--isolation", "none", "--skip-kubernetes", "--json", within=120)
+    assert r.code == 1
+    local = checks(r.json()["local"])
+    assert local["sandbox starts"]["status"] == "ok", local["sandbox starts"]["detail"]
+    for name in ("user namespace", "pid namespace", "no network", "secrets masked", "read-only root"):
+        assert local[name]["status"] == "fail", local[name]
+    assert "1.1.1.1" not in local["no network"]["detail"]  # never tried from a sandbox that has a route
+
+
+@needs_bwrap
+async def test_doctor_list_and_sweep_on_kubernetes(
+    k8s_server: KubeTestServer,  # noqa: F811
+    make_backend: BackendFactory,  # noqa: F811
+) -> None:
+    k8s = ["--backend", "kubernetes", "--server", k8s_server.url, "--namespace", "default", "--image", TEST_IMAGE]
+    r = await cli(*k8s, "doctor", "--json")
+    section = checks(r.json()["kubernetes"])
+    assert r.code == 0 and [c["status"] for c in section.values()] == ["ok", "ok", "ok"], section
+    tag = f"cli-k8s-{uuid.uuid4().hex[:8]}"
+    dead = make_backend(sweep_on_close=False)  # a driver that dies without cleaning up
+    names = []
+    for _ in range(2):
+        spec = make_spec(tag)
+        await dead.create(spec)
+        names.append(spec.sandbox_id)
+    await dead.aclose()
+    r = await cli(*k8s, "list", "--tag", tag, "--json")
+    assert r.code == 0 and sorted(x["sandbox_id"] for x in r.json()["sandboxes"]) == sorted(names)
+    r = await cli(*k8s, "sweep", "--tag", tag, "--json")
+    assert r.code == 0 and sorted(r.json()["swept"]) == sorted(names)
+    await wait_no_pods(k8s_server)
+    r = await cli("--backend", "kubernetes", "--server", "http://127.0.0.1:9", "doctor", "--json")
+    assert r.code == 1 and checks(r.json()["kubernetes"])["reachable"]["status"] == "fail"
+
+
+async def test_bench_runs_the_harness_and_passes_its_exit_code_through() -> None:
+    r = await cli("bench", "--only", "no-such-benchmark")
+    assert r.code == 2 and "unknown benchmark" in r.stderr
