@@ -281,6 +281,8 @@ class SandboxPool(PoolCore):
         (an ART rollout coroutine, say). However the block ends (return, exception,
         cancellation), the sandbox is released: destroyed and replaced by default,
         returned to the pool with ``reuse=True`` only after a clean exit and reset.
+        A block with a hold timeout runs in an anyio cancel scope; one without is cut
+        short at close by a native cancellation of its task (see ``Lease``).
         """
         timeout = self._lease_timeout if timeout_seconds is None else _seconds(timeout_seconds, "timeout_seconds")
         if hold_timeout_seconds is None:

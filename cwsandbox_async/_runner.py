@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ._deadline import cancel_scope
 from ._errors import SandboxTimeoutError, SandboxValidationError
 from ._feed import Feed, FeedFailed
 from ._log import log
@@ -88,14 +89,13 @@ class Runner:
                 )
             if self.timeout is None:
                 return make_outcome(index, key, _OK, await aw, None, _perf() - start)
-            else:
-                scope = anyio.CancelScope(deadline=anyio.current_time() + self.timeout)
-                with scope:
-                    value = await aw
-                if scope.cancel_called:
-                    raise SandboxTimeoutError(
-                        f"item {index} did not finish within {self.timeout:g} s", infrastructure=False
-                    )
+            scope = cancel_scope(deadline=asyncio.get_running_loop().time() + self.timeout)
+            with scope:
+                value = await aw
+            if scope.cancel_called:
+                raise SandboxTimeoutError(
+                    f"item {index} did not finish within {self.timeout:g} s", infrastructure=False
+                )
             return make_outcome(index, key, _OK, value, None, _perf() - start)
         except asyncio.CancelledError as exc:
             if _cancel_requested():

@@ -248,17 +248,7 @@ class Sandbox:
             self._failures += 1
             self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, time.monotonic() - start, 0.0)
             raise
-        result = ExecResult(
-            command=req.argv,
-            returncode=ex.returncode,
-            stdout_bytes=ex.stdout,
-            stderr_bytes=ex.stderr,
-            wall_seconds=ex.wall_seconds,
-            cpu_seconds=ex.cpu_seconds,
-            truncated=ex.truncated,
-            timed_out=ex.timed_out,
-            sandbox_id=sid,
-        )
+        result = ExecResult.from_exit(req.argv, ex, sid)
         if ex.timed_out:
             self._failures += 1
             self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, ex.wall_seconds, ex.cpu_seconds, timed_out=True)

@@ -19,8 +19,10 @@ import pytest
 
 from cwsandbox_async import (
     PoolClosedError,
+    PoolTimeoutError,
     SandboxError,
     SandboxPool,
+    SandboxStatus,
     SandboxTimeoutError,
     SandboxTransportError,
     SandboxValidationError,
@@ -355,3 +357,32 @@ async def test_fake_sees_faults_set_after_it_was_created_and_still_times_out_sle
         with pytest.raises(SandboxTimeoutError) as info:
             await sb.exec("sleep 30", timeout_seconds=0.05)
         assert info.value.result is not None and info.value.result.timed_out
+
+
+class HangingStatus(FakeBackend):
+    """A backend whose status call hangs while ``hang`` is set (a stuck health check)."""
+
+    hang = True
+
+    async def status(self, sandbox_id: str) -> SandboxStatus:
+        if self.hang:
+            await anyio.sleep_forever()
+        return await super().status(sandbox_id)
+
+
+async def test_a_hung_check_on_lease_times_the_lease_out_and_keeps_the_sandbox() -> None:
+    be = HangingStatus(seed=6)
+    async with Session(backend=be) as s, SandboxPool(s, size=1, max_size=1) as pool:
+        await pool.wait_ready(timeout_seconds=5)
+        start = time.monotonic()
+        with pytest.raises(PoolTimeoutError, match=r"within 0\.1 s") as info:
+            async with pool.lease(timeout_seconds=0.1):
+                pass
+        assert time.monotonic() - start < 5
+        assert info.value.__cause__ is None and cancelling() == 0
+        stats = pool.statistics()
+        assert (stats.timeouts, stats.idle, stats.leased, stats.discarded) == (1, 1, 0, 0)
+        be.hang = False
+        async with pool.lease(timeout_seconds=5) as sb:  # the same sandbox, still good
+            assert (await sb.exec(["true"])).ok
+        assert pool.statistics().created == 1

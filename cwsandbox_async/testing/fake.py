@@ -43,6 +43,8 @@ _Step = tuple[tuple[str, ...], bool]
 #: Parsed ``sh -c`` scripts (script -> steps, and whether a step can block), cleared when full.
 _SCRIPTS: dict[str, tuple[tuple[_Step, ...], bool]] = {}
 _SCRIPTS_MAX = 1024
+#: Longest command (characters in all arguments) these caches keep.
+_CACHED_CHARS = 4096
 #: ``argv`` -> its steps when none can wait, else None (see ``FakeBackend._steps``), cleared when full.
 _PLANS: dict[tuple[str, ...], tuple[_Step, ...] | None] = {}
 
@@ -68,9 +70,10 @@ def _parse_script(script: str) -> tuple[tuple[_Step, ...], bool] | None:
             if words:
                 steps.append((tuple(words), to_err))
         parsed = (tuple(steps), any(_blocks(words[0]) for words, _ in steps))
-        if len(_SCRIPTS) >= _SCRIPTS_MAX:
-            _SCRIPTS.clear()
-        _SCRIPTS[script] = parsed
+        if len(script) <= _CACHED_CHARS:
+            if len(_SCRIPTS) >= _SCRIPTS_MAX:
+                _SCRIPTS.clear()
+            _SCRIPTS[script] = parsed
     return parsed
 
 
@@ -297,9 +300,10 @@ class FakeBackend(Backend):
             steps = None if parsed[1] else parsed[0]
         else:
             steps = None if _blocks(argv[0]) else ((argv, False),)
-        if len(_PLANS) >= _SCRIPTS_MAX:
-            _PLANS.clear()
-        _PLANS[argv] = steps
+        if sum(map(len, argv)) <= _CACHED_CHARS:
+            if len(_PLANS) >= _SCRIPTS_MAX:
+                _PLANS.clear()
+            _PLANS[argv] = steps
         return steps
 
     def _run_steps(self, steps: tuple[_Step, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
