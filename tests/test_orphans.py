@@ -23,6 +23,7 @@ sandboxes); this is the stronger variant.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -196,6 +197,48 @@ async def test_a_forgotten_live_sandbox_is_found_and_swept_by_age() -> None:
         await eventually(lambda: not pid_alive(pid, None), 5)
     finally:
         await forgetful.aclose()
+
+
+def processes_naming(ids: list[str]) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if any(i.encode() in cmdline for i in ids):
+            out.append(int(name))
+    return out
+
+
+@pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
+async def test_a_create_cancelled_at_any_moment_leaves_no_process() -> None:
+    """A pool closing, a lease deadline, a Ctrl-C: creates get cancelled mid-spawn. Whatever the moment,
+    destroy must leave nothing, because once its registry entry is gone no sweep can find a survivor.
+    (A start takes ~70 ms here; cancelling in the first 30 ms hits the spawn itself.)"""
+    tag = f"orphans-cancel-{uuid.uuid4().hex[:8]}"
+    backend = LocalBackend()
+    ids: list[str] = []
+    rng = random.Random(7)
+    try:
+        for _ in range(200):
+            spec = make_spec(tag)
+            ids.append(spec.sandbox_id)
+            with anyio.move_on_after(rng.uniform(0.0, 0.03)):
+                await backend.create(spec)
+            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+                await backend.destroy(spec.sandbox_id)
+        await anyio.sleep(2)
+        assert processes_naming(ids) == [], "a cancelled create left processes that no registry entry names"
+        assert entries_of(tag) == []
+    finally:
+        for pid in processes_naming(ids):  # do not leave them on the machine whatever the outcome
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        await backend.aclose()
 
 
 K8S_DRIVER = textwrap.dedent(
