@@ -399,9 +399,12 @@ class Process:
     ) -> bool | None:
         assert self._tg is not None
         if not self._done.is_set():
-            self._tg.cancel_scope.cancel()
+            self._tg.cancel_scope.cancel()  # leaving early kills the command
         try:
-            return await self._tg.__aexit__(exc_type, exc, tb)
+            # The body's own exception is not handed to the task group, so it reaches the
+            # caller as raised, not wrapped in an ExceptionGroup (the runner never raises).
+            await self._tg.__aexit__(None, None, None)
         finally:
             self.stdout.close()
             self.stderr.close()
+        return False

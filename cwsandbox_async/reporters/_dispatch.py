@@ -99,7 +99,7 @@ class MetricsReporting:
         cls, metrics: MetricsAggregator, report_to: str | Sequence[str | Reporter] | None, run: Any
     ) -> MetricsReporting:
         """The session's reporting for ``Session(report_to=..., run=...)`` (see ``resolve_reporters``)."""
-        return cls(metrics, resolve_reporters(report_to, run), quiet=report_to is None and run is None)
+        return cls(metrics, resolve_reporters(report_to, run), quiet=not report_to and run is None)
 
     def log(self, step: int | None, *, reset: bool = True) -> bool:
         """Flush the window to every available reporter. True if all of them (one at least) took it.

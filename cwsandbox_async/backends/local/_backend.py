@@ -78,7 +78,7 @@ from ._bwrap import (
 )
 from ._cgroup import CgroupManager, SandboxCgroup, process_tree
 from ._channel import AgentChannel
-from ._leftover import destroy_leftover, entry_status, kill_group, remove_cgroup, remove_dir
+from ._leftover import destroy_leftover, entry_status, kill_group, kill_uid, remove_cgroup, remove_dir
 from ._options import MIB, PIDS_OVERHEAD, check_options, rlimits_for
 from ._plain import PlainSandbox
 from ._probe import Probe, ProbeRequest, probe
@@ -382,6 +382,7 @@ class LocalBackend(Backend):
             config.update(mounts=mount_plan(self._layout(box)), uid=self._uid, gid=self._gid, cwd=d.working_dir)
             argv = unshare_argv(self._unshare, d.network, command)
         else:
+            self._registry.ensure()  # the workspace lives in the state directory
             box.workspace = tempfile.mkdtemp(prefix=f"ws-{sid}-", dir=self._registry.state_dir)
             config.update(path_map=[[d.working_dir, box.workspace]], env={**env, "HOME": box.workspace})
             argv = command
@@ -427,17 +428,20 @@ class LocalBackend(Backend):
         elif host_uid is not None:
             kwargs = {"user": host_uid, "group": host_uid, "extra_groups": []}
         loop = asyncio.get_running_loop()
-        _, channel = await loop.subprocess_exec(
-            lambda: AgentChannel(sid),
-            *argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            start_new_session=True,
-            **kwargs,
-        )
+        # Shielded: a cancellation inside subprocess_exec would leave a started process whose pid
+        # nobody recorded. Spawning takes milliseconds.
+        with anyio.CancelScope(shield=True):
+            _, channel = await loop.subprocess_exec(
+                lambda: AgentChannel(sid),
+                *argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                start_new_session=True,
+                **kwargs,
+            )
         return channel
 
     # -- exec and files ----------------------------------------------------------
@@ -537,6 +541,7 @@ class LocalBackend(Backend):
             return
         box.stopping = True
         sid = box.spec.sandbox_id
+        started = box.status is SandboxStatus.RUNNING
         try:
             if box.status is SandboxStatus.RUNNING:
                 box.status = SandboxStatus.TERMINATING
@@ -555,6 +560,8 @@ class LocalBackend(Backend):
                     await ch.lost.wait()
             if box.plain is not None:
                 box.plain.kill_all()
+            if not started and box.host_uid is not None and self._host_uid_setting == "auto":
+                kill_uid(box.host_uid)  # an interrupted start; the uid is this sandbox's alone
             if box.cgroup is not None:
                 await remove_cgroup(box.cgroup)
             if box.plain is not None:

@@ -36,6 +36,32 @@ def kill_group(pid: int) -> None:
             os.kill(target, signal.SIGKILL)
 
 
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process running as host ``uid`` (a sandbox's own, unshared uid); return how many.
+
+    The last resort for a sandbox whose start was interrupted before its processes could be
+    tracked (no cgroup yet, bwrap's child in a session of its own): only ever called with a
+    uid the backend picked for one sandbox, never with a shared one.
+    """
+    if uid <= 0:
+        return 0
+    killed = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                uid_line = next((line for line in f if line.startswith(b"Uid:")), b"")
+        except OSError:
+            continue
+        fields = uid_line.split()
+        if len(fields) > 1 and int(fields[1]) == uid:
+            with contextlib.suppress(OSError):
+                os.kill(int(name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
 def is_sandbox_process(pid: int, entry: dict[str, Any]) -> bool:
     """True if ``pid`` runs the sandbox the entry describes (checked before killing a leftover)."""
     try:

@@ -66,7 +66,7 @@ class Registry:
         self.dir = os.path.join(self.state_dir, "registry")
         self._ready = False
 
-    def _ensure(self) -> None:
+    def ensure(self) -> None:
         if self._ready:
             return
         for path in (self.state_dir, self.dir):
@@ -89,7 +89,7 @@ class Registry:
 
     def write(self, entry: dict[str, Any]) -> None:
         """Create or replace an entry atomically. Raises ``SandboxBackendUnavailableError`` on I/O errors."""
-        self._ensure()
+        self.ensure()
         path = self._path(str(entry["sandbox_id"]))
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
