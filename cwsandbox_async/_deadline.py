@@ -192,29 +192,12 @@ async def within(seconds: float, aw: Awaitable[T]) -> T:
 
 async def bounded(what: str, seconds: float, aw: Awaitable[T], *, sandbox_id: str | None = None) -> T:
     """Await ``aw`` (a backend call, already made) for at most ``seconds``; raise as ``call_backend`` says."""
-    loop, task = _task(aw)
-    cancelling = task.cancelling()
-    calls, token, timer = _arm(loop, task, seconds)
     try:
-        try:
-            result = await aw
-        finally:
-            fired = calls.pop(token, None) is None  # the deadline took it out when it cancelled the task
-            if timer is not None:
-                timer.cancel()
-    except asyncio.CancelledError as exc:
-        if fired and task.uncancel() <= cancelling:
-            raise _timeout_error(what, seconds, sandbox_id) from TimeoutError(str(exc) or "deadline exceeded")
+        return await within(seconds, aw)
+    except SandboxError:
         raise
-    except BaseException as exc:
-        if fired:  # the call swallowed our cancellation and failed otherwise
-            task.uncancel()
-        if isinstance(exc, SandboxError) or not isinstance(exc, Exception):
-            raise
+    except Exception as exc:  # within's TimeoutError, or anything foreign the backend let escape
         raise backend_error(what, seconds, exc, sandbox_id) from exc
-    if fired:  # the call swallowed our cancellation and returned
-        task.uncancel()
-    return result
 
 
 async def call_backend(
