@@ -29,7 +29,7 @@ as a zero reward. A command timeout is the program's outcome, not infrastructure
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._types import ExecResult
@@ -52,14 +52,20 @@ __all__ = [
 
 
 class SandboxError(Exception):
-    """Root of every error raised by this library."""
+    """Root of every error raised by this library.
 
-    infrastructure: ClassVar[bool] = True
+    ``infrastructure`` defaults per class; the place that raises an error and
+    knows better passes ``infrastructure=`` explicitly.
+    """
 
-    def __init__(self, message: str, *, sandbox_id: str | None = None) -> None:
+    infrastructure: bool = True
+
+    def __init__(self, message: str, *, sandbox_id: str | None = None, infrastructure: bool | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.sandbox_id = sandbox_id
+        if infrastructure is not None:
+            self.infrastructure = infrastructure
 
 
 class SandboxValidationError(SandboxError, ValueError):
@@ -105,9 +111,8 @@ class SandboxTimeoutError(SandboxError, TimeoutError):
         result: ExecResult | None = None,
         infrastructure: bool = True,
     ) -> None:
-        super().__init__(message, sandbox_id=sandbox_id)
+        super().__init__(message, sandbox_id=sandbox_id, infrastructure=infrastructure)
         self.result = result
-        self.infrastructure = infrastructure  # type: ignore[misc]
 
 
 class PoolTimeoutError(SandboxTimeoutError):

@@ -143,6 +143,13 @@ class ExecRequest:
     stdin: bytes | None
     timeout_seconds: float
     max_output_bytes: int
+    #: CPU-time budget for the command's whole process tree, enforced by the sandbox
+    #: (``None``: no budget beyond ``Resources.cpu_seconds``). Exceeding it ends the
+    #: command with ``ExecExit.cpu_exceeded``: the program's own outcome.
+    cpu_seconds: float | None = None
+    #: Before the command starts, every other process in the sandbox is killed, so
+    #: nothing else can write into its output, signal it or trace it.
+    exclusive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +160,17 @@ class ExecExit:
     ``timed_out`` means the backend killed the process tree at the deadline;
     ``truncated`` means output beyond ``max_output_bytes`` was dropped (and the
     command was killed, since nothing would read the rest).
+
+    The facts a verdict is decided on, each reported only where the backend can
+    tell (otherwise the default):
+
+    - ``cpu_seconds``: CPU time of the command's whole process tree.
+    - ``oom_killed``: the kernel's OOM killer killed a process of this command
+      (read from the sandbox's memory cgroup, or the container status).
+    - ``cpu_exceeded``: the command was killed for exceeding its CPU budget.
+    - ``cpu_wait_seconds``: time the command's processes were runnable but waiting
+      for a CPU (run-queue delay); ``None`` when the backend cannot measure it.
+      The Sandbox layer uses it to tell a starved timeout from the program's own.
     """
 
     returncode: int
@@ -162,6 +180,9 @@ class ExecExit:
     cpu_seconds: float = 0.0
     timed_out: bool = False
     truncated: bool = False
+    oom_killed: bool = False
+    cpu_exceeded: bool = False
+    cpu_wait_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +202,12 @@ class ExecResult:
     truncated: bool = False
     timed_out: bool = False
     sandbox_id: str | None = None
+    oom_killed: bool = False
+    cpu_exceeded: bool = False
+    cpu_wait_seconds: float | None = None
+    #: The wall timeout fired while the command was starved of CPU by others: the
+    #: platform's fault, not the program's (see ``SandboxTimeoutError.infrastructure``).
+    starved: bool = False
 
     @property
     def stdout(self) -> str:
@@ -211,4 +238,7 @@ class ExecResult:
             truncated=ex.truncated,
             timed_out=ex.timed_out,
             sandbox_id=sandbox_id,
+            oom_killed=ex.oom_killed,
+            cpu_exceeded=ex.cpu_exceeded,
+            cpu_wait_seconds=ex.cpu_wait_seconds,
         )

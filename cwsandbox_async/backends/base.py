@@ -8,8 +8,17 @@ and does one thing per call.
 
 Rules every implementation follows (``cwsandbox_async.testing.contract`` checks them):
 
-- Errors are translated at this boundary into the ``SandboxError`` tree
-  (``raise ... from exc``); no ``OSError``, aiohttp or Kubernetes error escapes.
+- **Errors are translated at this boundary, from a fixed list.** A backend maps
+  the foreign exceptions it *knows* (``OSError`` from its own syscalls, aiohttp
+  or gRPC errors, Kubernetes ``Status`` objects, agent protocol errors) into the
+  ``SandboxError`` tree (``raise ... from exc``). Anything it does not know is a
+  bug: it propagates unchanged and is never relabelled as infrastructure.
+- **``infrastructure`` is honest.** ``infrastructure=True`` only for what neither
+  the program under test nor its caller could cause: the sandbox or backend
+  failed for outside reasons, a transport broke, the platform starved the
+  program. The program's own outcome (exit code, its timeout, its OOM kill, its
+  CPU budget, the output cap, killing its own agent) is a result or a
+  non-infrastructure error. Caller mistakes raise ``infrastructure=False``.
 - ``create`` returns only when the sandbox is ready to run commands. The caller
   picks the sandbox id. If ``create`` fails or is cancelled, the caller calls
   ``destroy(sandbox_id)``, so ``destroy`` accepts ids of half-created sandboxes.
@@ -17,13 +26,20 @@ Rules every implementation follows (``cwsandbox_async.testing.contract`` checks 
   whole process tree, and returns an ``ExecExit`` with ``timed_out=True`` and the
   output captured so far. Output beyond ``request.max_output_bytes`` (per stream)
   is dropped, the command is killed and ``truncated=True``. A non-zero exit is a
-  normal return. A broken channel raises ``SandboxTransportError``; a sandbox
-  that is gone raises ``SandboxNotRunningError``.
+  normal return. ``ExecExit`` carries the facts a verdict needs where the backend
+  can tell them (``oom_killed``, ``cpu_exceeded``, ``cpu_wait_seconds``). An exec
+  the backend abandons (cancelled, timed out, truncated) leaves no process behind.
+  A broken channel raises ``SandboxTransportError``; a sandbox that is gone raises
+  ``SandboxNotRunningError``.
 - ``destroy`` is idempotent: destroying an unknown or already destroyed sandbox
   is not an error. It releases every process, pod and file descriptor.
 - ``list`` finds sandboxes by tags (all must match), including ones created by
   other processes of this user that are still alive or were left behind.
-- Cancellation is never swallowed. The caller bounds every call with a deadline.
+- **Deadlines and cancellation come from the caller.** Cancellation is never
+  swallowed. The caller bounds every call with a deadline (an anyio cancel
+  scope); a backend never opens a shielded scope with a budget of its own, so a
+  close budget set above holds all the way down. Blocking work (file trees,
+  ``/proc`` scans, subprocess waits) runs in a worker thread, not on the loop.
 """
 
 from __future__ import annotations
