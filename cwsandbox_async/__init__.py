@@ -21,9 +21,6 @@ from ._errors import (
     SandboxTransportError,
     SandboxValidationError,
 )
-from ._lease import Lease
-from ._pool import SandboxPool
-from ._pool_types import PoolState, PoolStatistics
 from ._process import Process
 from ._sandbox import Sandbox
 from ._session import Session
@@ -41,6 +38,7 @@ from .gatherer._grpo import GroupedOutcomes, gather_groups
 from .gatherer._outcome import Outcome, OutcomeKind
 from .gatherer._wait import wait
 from .metrics._snapshot import MetricsSnapshot
+from .pool import Lease, PoolState, PoolStatistics, SandboxPool
 
 ProcessResult = ExecResult  # the CoreWeave SDK's name
 

@@ -19,7 +19,7 @@ def test_all_is_sorted_and_complete() -> None:
     for name in cwa.__all__:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
-    subpackages = {"backends", "cli", "gatherer", "integrations", "metrics", "reporters", "testing"}
+    subpackages = {"backends", "cli", "gatherer", "integrations", "metrics", "pool", "reporters", "testing"}
     leaked = public - set(cwa.__all__) - {"annotations"} - subpackages
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
 
