@@ -76,12 +76,11 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
     assert host_processes_matching(f"sleep {marker}".encode()) == []
 
     async with local_session(tag) as s:
-        found = await s.list([tag])
+        found = await s.list([tag])  # the owner is gone: listing reaps them (and says so)
         assert sorted(i.sandbox_id for i in found) == sorted(info["ids"])
-        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED for i in found)
-        swept = await s.sweep([tag])
-        assert sorted(swept) == sorted(info["ids"])
+        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED and i.reaped for i in found)
         assert await s.list([tag]) == []
+        assert await s.sweep([tag]) == []
     assert not any(exists(p) for p in info["cgroups"])
 
 
