@@ -1,13 +1,13 @@
 """LocalBackend: sandboxes as long-lived bubblewrap process trees on this machine.
 
 One sandbox is one process tree: ``bwrap`` (new user, pid, net, ipc, uts and cgroup
-namespaces, see ``_bwrap``) running the agent (``_agent``) as PID 1, which runs each
-command in a reusable worker (``_worker``). The backend talks to the agent over
+namespaces, see ``_bwrap``) running the agent (the ``agent`` package) as PID 1, which runs
+each command in a reusable worker. The backend talks to the agent over
 its stdin/stdout (``_channel``), creates a cgroup per sandbox where it may
 (``_cgroup``) and records every sandbox in an on-disk registry (``_registry``) so
 ``list``/``destroy`` also reach sandboxes left by a driver that crashed
 (``_leftover``). Where bwrap does not work, ``unshare`` and the agent build the
-same view (``_nsroot``); where no Python runs inside, each exec is its own bwrap
+same view (``agent.nsroot``); where no Python runs inside, each exec is its own bwrap
 (``_plain``). Which of these is used is probed once (``_probe``).
 
 Limits (``Resources``) and what enforces them:
@@ -36,9 +36,6 @@ It needs the asyncio event loop.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
-import marshal
 import os
 import re
 import shutil
@@ -48,8 +45,6 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -82,7 +77,7 @@ from ._leftover import destroy_leftover, entry_status, kill_group, kill_uid, rem
 from ._options import MIB, PIDS_OVERHEAD, check_options, rlimits_for
 from ._plain import PlainSandbox
 from ._probe import Probe, ProbeRequest, probe
-from ._protocol import BOOTSTRAP, MARSHALED, T_EXEC, T_PY, boot_payload
+from ._protocol import BOOTSTRAP, T_EXEC, T_PY, agent_bundle, boot_payload
 from ._registry import Registry, pid_alive, proc_start_time
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
@@ -93,31 +88,24 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: How long destroy waits for the agent to exit by itself before SIGKILL.
 EXIT_GRACE_SECONDS = 0.5
 _REMEMBER_DESTROYED = 4096
-#: Seconds without an exec after which a sandbox's agent keeps only one idle worker (see ``_agent``).
+#: Seconds without an exec after which a sandbox's agent keeps only one idle worker (see ``agent.scheduler``).
 WORKER_IDLE_TRIM_SECONDS = 5.0
-
-
-@lru_cache(maxsize=1)
-def agent_source() -> str:
-    """The agent program: ``_protocol``, ``_worker``, ``_nsroot``, ``_agentfs``, ``_agent`` (all stdlib only)."""
-    here = Path(__file__).resolve().parent
-    names = ("_protocol.py", "_worker.py", "_nsroot.py", "_agentfs.py", "_agent.py")
-    parts = [(here / name).read_text() for name in names]
-    future = "\nfrom __future__ import annotations"
-    return "\n".join([parts[0], *(p.replace(future, "\n", 1) for p in parts[1:])])
-
-
-@lru_cache(maxsize=4)
-def agent_program(magic: str) -> bytes:
-    """The agent as sent: compiled and marshaled when the sandbox's Python has our bytecode magic."""
-    if magic and magic == importlib.util.MAGIC_NUMBER.hex():
-        return MARSHALED + marshal.dumps(compile(agent_source(), "<cwsandbox-agent>", "exec"))
-    return agent_source().encode()
 
 
 def boot_config(config: dict[str, Any], magic: str) -> bytes:
     """What the backend writes first to a new agent's stdin (see ``_protocol.BOOTSTRAP``)."""
-    return boot_payload(agent_program(magic), json.dumps(config, separators=(",", ":")).encode())
+    return boot_payload(agent_bundle(magic), config)
+
+
+def oom_files(cgroup: SandboxCgroup | None) -> list[str]:
+    """The files that count OOM kills of a sandbox's memory cgroup (v2 ``memory.events``, v1 ``memory.oom_control``)."""
+    out: list[str] = []
+    for path in cgroup.paths if cgroup is not None else ():
+        for name in ("memory.events", "memory.oom_control"):
+            if os.path.exists(os.path.join(path, name)):
+                out.append(os.path.join(path, name))
+                break
+    return out
 
 
 @dataclass
@@ -370,8 +358,10 @@ class LocalBackend(Backend):
             "file_limit": box.rlimits.get("fsize"),
             "preload": list(self._preload),
             "ttl": d.max_lifetime_seconds,
-            "idle_trim": WORKER_IDLE_TRIM_SECONDS,
+            "settings": {"idle_trim": WORKER_IDLE_TRIM_SECONDS},
             "die_with_parent": True,
+            "oom_files": oom_files(box.cgroup),
+            "cpus": res.cpu,
         }
         command = [self._python, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", sid]
         if found.level == "bwrap":
@@ -394,6 +384,7 @@ class LocalBackend(Backend):
         box.pid = box.channel.transport.get_pid()
         entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
         self._registry.write(entry)
+        box.channel.death_check = self._oom_check(box)
         await box.channel.ready.wait()
         if box.channel.hello is None:
             with anyio.move_on_after(1):
@@ -414,6 +405,21 @@ class LocalBackend(Backend):
                 ) from exc
         self.limits = enforced
         box.status = SandboxStatus.RUNNING
+
+    @staticmethod
+    def _oom_check(box: _Box) -> Any:
+        """For the channel: did the sandbox's memory cgroup OOM-kill a process? (``_channel.DeathCheck``)"""
+
+        async def check(oom_seen: int, returncode: int | None) -> bool:
+            # Killed (SIGKILL: bwrap reports 128 + 9) after its cgroup counted an OOM kill the agent
+            # had not reported yet: the memory the program used killed the agent.
+            cgroup = box.cgroup
+            if cgroup is None or returncode not in (-9, 137):
+                return False
+            events = await anyio.to_thread.run_sync(cgroup.memory_events)
+            return events.get("oom_kill", 0) > oom_seen
+
+        return check
 
     @staticmethod
     async def _spawn(
@@ -456,20 +462,10 @@ class LocalBackend(Backend):
             raise box.channel.dead_error()
         return box
 
-    @staticmethod
-    def _meta(request: ExecRequest) -> dict[str, Any]:
-        return {
-            "a": list(request.argv),
-            "c": request.cwd,
-            "e": dict(request.env),
-            "t": request.timeout_seconds,
-            "m": request.max_output_bytes,
-        }
-
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         box = self._running(sandbox_id)
         if box.channel is not None:
-            return await box.channel.exec(T_EXEC, self._meta(request), request.stdin or b"", on_output)
+            return await box.channel.exec(T_EXEC, request, None, on_output)
         return await self._plain_exec(box, request, on_output)
 
     async def run_python(
@@ -479,10 +475,7 @@ class LocalBackend(Backend):
         box = self._running(sandbox_id)
         if box.channel is None:
             return await super().run_python(sandbox_id, source, request, on_output)
-        meta = self._meta(request)
-        stdin = request.stdin or b""
-        meta["n"] = len(stdin)
-        return await box.channel.exec(T_PY, meta, stdin + source.encode("utf-8", "surrogateescape"), on_output)
+        return await box.channel.exec(T_PY, request, source, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
         box = self._running(sandbox_id)
