@@ -39,6 +39,7 @@ from .worker import (
     WREP,
     WREQ,
     Worker,
+    max_fd,
 )
 
 TYPE_CHECKING = False
@@ -60,7 +61,7 @@ class Scheduler:
         self.boot = boot
         self.env = dict(config.get("env") or {})
         self.cpus = float(boot.get("cpus") or 1.0)
-        self.max_fd = _max_fd()
+        self.max_fd = max_fd()
         self.sel = selectors.EpollSelector()
         self.running = True
         self.subreaper = False
@@ -73,7 +74,11 @@ class Scheduler:
         self.template_pid = 0
         self.template_sock: socket.socket | None = None
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self.oom = oom.Counter(config.get("oom_files"))
+        cgroup = boot.get("cgroup") or {}
+        #: ``cgroup.procs`` fds of the commands' cgroup(s): each template writes itself in (see ``main``)
+        self.joins: list[int] = [int(fd) for fd in cgroup.get("cmd_procs") or ()]
+        events = cgroup.get("cmd_events")
+        self.oom = oom.Counter(config.get("oom_files"), None if events is None else int(events))
         self.refill_after = 0.0
         self.last_exec = time.monotonic()
         #: a frame arrived: no worker is born before that (see start_machinery), and the agent's memory
@@ -105,11 +110,12 @@ class Scheduler:
         pid = os.fork() if self.template_pid == 0 and not self.served else -1
         if pid == 0:
             mine.close()
-            template.serve(theirs, self.birth)
+            template.serve(theirs, self.birth, joins=[os.dup(fd) for fd in self.joins])
         if pid < 0:  # the agent has read requests: its memory is not clean, start a new interpreter
             try:
-                payload = self.boot["payload"]({**self.config, "role": "template"})
-                pid = template.spawn_fresh(sys.executable, self.boot["bootstrap"], payload, theirs.fileno())
+                config = {**self.config, "role": "template", "joins": len(self.joins)}
+                payload = self.boot["payload"](config)
+                pid = template.spawn_fresh(sys.executable, self.boot["bootstrap"], payload, theirs.fileno(), self.joins)
             except (OSError, KeyError) as exc:
                 sys.stderr.write(f"cwsandbox agent: cannot start a template: {exc}\n")
                 pid = 0
@@ -530,10 +536,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _max_fd() -> int:
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return soft if 0 < soft <= 1 << 20 else 1 << 16

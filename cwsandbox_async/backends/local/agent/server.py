@@ -33,6 +33,7 @@ namespace.
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import signal
 import socket
@@ -88,12 +89,13 @@ class Agent(scheduler.Scheduler):
 
     # -- I/O -----------------------------------------------------------------------
     def send(self, rid: int, ftype: int, payload: bytes = b"") -> None:
+        """Write one frame, waiting for room when the channel is full (it may be a non-blocking socket)."""
         header = HEADER.pack(rid, ftype, len(payload))
         if len(payload) < 4096:
-            files.write_all(self.wfd, header + payload)
+            _write_fully(self.wfd, header + payload)
             return
-        files.write_all(self.wfd, header)
-        files.write_all(self.wfd, payload)
+        _write_fully(self.wfd, header)
+        _write_fully(self.wfd, payload)
 
     def fail(self, rid: int, kind: str, message: str) -> None:
         self.send(rid, R_FAIL, pack_meta({"k": kind, "m": message}))
@@ -254,6 +256,15 @@ class Agent(scheduler.Scheduler):
 
 def _noop(signum: int, frame: FrameType | None) -> None:
     pass
+
+
+def _write_fully(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 def socketpair() -> tuple[socket.socket, socket.socket]:

@@ -35,10 +35,17 @@ if TYPE_CHECKING:
 FRESH_FD = 3
 
 
-def serve(sock: socket.socket, birth: Callable[[socket.socket], NoReturn], keep: tuple[int, ...] = ()) -> NoReturn:
-    """The template's loop; ``birth`` runs in each new worker with its socket."""
+def serve(sock: socket.socket, birth: Callable[[socket.socket], NoReturn], joins: list[int] | None = None) -> NoReturn:
+    """The template's loop; ``birth`` runs in each new worker with its socket.
+
+    ``joins``: ``cgroup.procs`` fds of the commands' cgroup(s); the template moves itself
+    there first, so every worker (and command) it births starts inside.
+    """
     try:
-        _setup(sock, keep)
+        for fd in joins or ():
+            os.write(fd, b"0")
+            os.close(fd)
+        _setup(sock, ())
         while True:
             data, anc, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC)
             if not data:
@@ -86,11 +93,12 @@ def _setup(sock: socket.socket, keep: tuple[int, ...]) -> None:
     sock.setblocking(True)
 
 
-def spawn_fresh(executable: str, bootstrap: str, payload: bytes, sock_fd: int) -> int:
+def spawn_fresh(executable: str, bootstrap: str, payload: bytes, sock_fd: int, joins: list[int]) -> int:
     """Start a new template interpreter (``python3 -I -c BOOTSTRAP``) on ``sock_fd``; its pid.
 
-    ``payload`` is what BOOTSTRAP reads (the agent package and a configuration
-    with ``role: template``), passed in a memfd. Raises ``OSError`` if it cannot
+    ``payload`` is what BOOTSTRAP reads (the agent package, if it is not on disk,
+    and a configuration with ``role: template``), passed in a memfd at
+    ``FRESH_FD + 1``; the ``joins`` fds follow it. Raises ``OSError`` if it cannot
     be started.
     """
     boot = os.memfd_create("cwsandbox-template", 0)
@@ -105,6 +113,7 @@ def spawn_fresh(executable: str, bootstrap: str, payload: bytes, sock_fd: int) -
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_DUP2, sock_fd, FRESH_FD),
             (os.POSIX_SPAWN_DUP2, boot, FRESH_FD + 1),
+            *((os.POSIX_SPAWN_DUP2, fd, FRESH_FD + 2 + i) for i, fd in enumerate(joins)),
         ]
         return os.posix_spawn(executable, argv, {"LANG": "C.UTF-8"}, file_actions=actions)
     finally:

@@ -101,6 +101,12 @@ def apply_limits(limits: dict[str, int]) -> None:
                 pass
 
 
+def max_fd() -> int:
+    """One past the highest fd a worker closes at birth (``RLIMIT_NOFILE``, bounded)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if 0 < soft <= 1 << 20 else 1 << 16
+
+
 class Worker:
     """The worker process's side. ``serve`` never returns."""
 
