@@ -204,6 +204,22 @@ def open_fds() -> set[int]:
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        here = todo.pop()
+        try:
+            with open(f"/proc/{here}/task/{here}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
 def processes_naming(ids: list[str]) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
@@ -227,6 +243,7 @@ async def test_a_create_cancelled_at_any_moment_leaves_no_process() -> None:
     tag = f"orphans-cancel-{uuid.uuid4().hex[:8]}"
     backend = LocalBackend()
     ids: list[str] = []
+    uids: set[int] = set()
     rng = random.Random(7)
     fds = open_fds()
     try:
@@ -235,10 +252,17 @@ async def test_a_create_cancelled_at_any_moment_leaves_no_process() -> None:
             ids.append(spec.sandbox_id)
             with anyio.move_on_after(rng.uniform(0.0, 0.03)):
                 await backend.create(spec)
+            box = backend._boxes.get(spec.sandbox_id)
+            if box is not None and box.host_uid not in (None, 0, os.getuid()):
+                uids.add(box.host_uid)
             with anyio.CancelScope(shield=True), anyio.fail_after(30):
                 await backend.destroy(spec.sandbox_id)
         await anyio.sleep(2)
         assert processes_naming(ids) == [], "a cancelled create left processes that no registry entry names"
+        assert [p for uid in uids for p in processes_of_uid(uid)] == [], "a process of a destroyed sandbox runs on"
+        template = backend._template
+        if template is not None and template.pid is not None:  # the template itself (Z) is its only child
+            assert len(descendants(template.pid)) == 1, "the template still holds a sandbox"
         assert entries_of(tag) == []
     finally:
         for pid in processes_naming(ids):  # do not leave them on the machine whatever the outcome

@@ -30,7 +30,7 @@ for name in os.listdir("/proc"):
                 args = f.read().replace(b"\\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "cwsandbox-agent" not in args and "cwsandbox-template" not in args:
+        if not any(m in args for m in ("cwsandbox-agent", "cwsandbox-template", "cwsandbox-zygote")):
             print(name, args)
 """
 

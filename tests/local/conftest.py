@@ -92,9 +92,12 @@ async def backend() -> AsyncIterator[LocalBackend]:
     await b.aclose()
 
 
-def local_session(tag: str, isolation: str = "auto", **defaults: object) -> cwa.Session:
+def local_session(
+    tag: str, isolation: str = "auto", backend_options: dict[str, object] | None = None, **defaults: object
+) -> cwa.Session:
     """A Session on the local backend whose sandboxes carry ``tag`` (``isolation="plain"``: bwrap per exec)."""
-    options = {"agent": "plain"} if isolation == "plain" else {"isolation": isolation}
+    options: dict[str, object] = {"agent": "plain"} if isolation == "plain" else {"isolation": isolation}
+    options.update(backend_options or {})
     return cwa.Session(
         cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults), backend="local", backend_options=options
     )

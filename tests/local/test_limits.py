@@ -168,7 +168,11 @@ async def test_a_command_that_kills_its_worker_leaves_nothing(tag: str) -> None:
 
 
 async def test_describe_reports_what_holds() -> None:
-    info = await LocalBackend().describe()
+    backend = LocalBackend()
+    try:
+        info = await backend.describe()
+    finally:
+        await backend.aclose()
     assert info["isolation"] in ("bwrap", "unshare") and info["agent"] == "python"
     if os.geteuid() == 0:
         assert info["unprivileged_host_uid"] is True

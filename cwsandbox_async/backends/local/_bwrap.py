@@ -28,7 +28,7 @@ import random
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -42,7 +42,8 @@ __all__ = [
     "mount_plan",
     "parse_features",
     "pick_host_uid",
-    "unshare_argv",
+    "sandbox_mounts",
+    "template_plan",
 ]
 
 #: Top-level host directories visible (read-only) inside a sandbox.
@@ -206,6 +207,45 @@ def mount_plan(layout: Layout) -> list[list[Any]]:
         else:
             plan.append(["tmpfs", layout.working_dir, layout.workspace_bytes, 0o755, False])
     return plan
+
+
+#: Where the agent package is bound inside every sandbox (see ``agent/_rootfs.AGENT_ROOT``).
+AGENT_MOUNT = "/run/cwsandbox/cwsandbox_agent"
+#: Mount points every template root has, for the newborns' own mounts.
+TEMPLATE_DIRS = ("/tmp", "/dev/shm", "/dev/pts")
+
+
+def template_plan(layout: Layout, agent_dir: str, extra_dirs: Sequence[str] = ()) -> list[list[Any]]:
+    """The template's root view (see ``agent/_rootfs.build_root``): ``mount_plan`` without the
+    per-sandbox mounts, plus the agent package, read-only, and mount points for the newborns.
+
+    Sandboxes with and without a network share one template, so a resolv.conf symlink's target is
+    bound for all (it holds no secret); without a network it resolves nothing.
+    """
+    per_sandbox = {"/tmp", layout.working_dir, "/dev/shm"}
+    plan = [
+        step
+        for step in mount_plan(replace(layout, network=True))
+        if not (step[0] in ("tmpfs", "rw") and _target(step) in per_sandbox)
+    ]
+    plan.append(["ro", agent_dir, AGENT_MOUNT])
+    for path in (*TEMPLATE_DIRS, layout.working_dir, *extra_dirs):
+        plan.append(["dir", path])
+    return plan
+
+
+def _target(step: list[Any]) -> str:
+    return str(step[2] if step[0] in ("ro", "rw", "symlink") else step[1])
+
+
+def sandbox_mounts(layout: Layout) -> list[list[Any]]:
+    """A newborn's own mounts, in order (see ``agent/_zygote._settle``): a fresh /proc, /tmp, working
+    directory, /dev/shm and /dev/pts."""
+    out: list[list[Any]] = [["proc", "/proc"], ["tmpfs", "/tmp", layout.tmp_bytes, 0o1777]]
+    if layout.working_dir != "/tmp":
+        out.append(["tmpfs", layout.working_dir, layout.workspace_bytes, 0o755])
+    out += [["tmpfs", "/dev/shm", SHM_BYTES, 0o1777], ["devpts", "/dev/pts"]]
+    return out
 
 
 def _render(step: list[Any], features: frozenset[str]) -> list[str]:

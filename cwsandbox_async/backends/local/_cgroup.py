@@ -1,19 +1,27 @@
 """Per-sandbox cgroups (v1 or v2): created by the backend, limited, and removed on destroy.
 
-The backend only ever writes to groups it created itself, named
-``cwsandbox_async-<sandbox id>``, placed under the cgroup this process is in (so the
-parent's own limits keep applying), or under ``cgroup_parent`` when given. It never
-changes a group it did not create: on v2 it uses a parent only if the controllers
-it needs are already enabled in that parent's ``cgroup.subtree_control``.
+The backend only ever writes to groups it created itself, named ``cwsandbox_async-<sandbox id>``
+(with children ``agent``/``cmd``), placed under the cgroup this process is in (so the parent's own
+limits keep applying), or under ``cgroup_parent`` when given. It never changes a group it did not
+create: on v2 it uses a parent only if the controllers it needs are already enabled in that
+parent's ``cgroup.subtree_control``.
 
-- v1 (controllers mounted separately, e.g. ``/sys/fs/cgroup/pids``): one directory
-  per controller (``pids``, ``memory``, ``cpu``).
-- v2 (one unified hierarchy): one directory with ``pids.max``, ``memory.max``,
-  ``memory.swap.max`` and ``cpu.max``.
+Every sandbox gets a group in each usable controller, whatever its limits:
 
-Where no controller is writable, ``CgroupManager.available`` is empty and the
-backend falls back to rlimits (see ``_backend``). All calls are synchronous and
-cheap (a few small writes to a kernel file system).
+- **cpu**: always, so sandboxes share the CPU by weight, not by process count (a sandbox running 100
+  busy processes gets the same share as one running 1); ``cpu.shares`` (v1) / ``cpu.weight`` (v2)
+  when ``cpu_weight`` is set, else the kernel's default; a quota (``cfs_quota_us`` / ``cpu.max``)
+  only when ``Resources.cpu`` asks for one.
+- **pids**: ``pids.max`` for the whole sandbox (its machinery included).
+- **memory**: the sandbox group holds the agent, unlimited by the commands' limit; the commands run
+  in the child ``cmd`` with ``Resources.memory_mib`` (swap off): a program's memory use kills the
+  program, never the agent. v1: ``<memory>/S`` (agent) and ``<memory>/S/cmd``; v2, where a group
+  with children cannot hold processes: ``S/agent`` and ``S/cmd``, memory enabled in ``S``'s subtree.
+
+A newborn joins its groups itself (``agent_dirs``, through file descriptors the driver opened), and
+the agent moves each command into ``command_dirs``; /sys is read-only inside the sandbox. Where no
+controller is writable, ``CgroupManager.available`` is empty and the backend falls back to rlimits.
+All calls are synchronous: the backend runs them in a worker thread.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ __all__ = ["PREFIX", "CgroupManager", "SandboxCgroup", "is_our_cgroup", "process
 PREFIX = "cwsandbox_async-"
 CONTROLLERS = ("pids", "memory", "cpu")
 CPU_PERIOD_US = 100_000
+#: v1 ``cpu.shares`` for the v2 default weight (100).
+SHARES_PER_WEIGHT = 1024 / 100
+AGENT_CHILD = "agent"
+COMMAND_CHILD = "cmd"
 
 
 def _read(path: str) -> str:
@@ -99,24 +111,48 @@ def process_tree(pid: int) -> list[int]:
 
 
 def is_our_cgroup(path: str) -> bool:
-    """True for a directory this backend could have created: under a cgroup mount, with our prefix."""
+    """True for a directory this backend could have created: under a cgroup mount, ours by name."""
     real = os.path.realpath(path)
-    if not os.path.basename(real).startswith(PREFIX):
+    parent, name = os.path.split(real)
+    if not name.startswith(PREFIX) and not (
+        name in (AGENT_CHILD, COMMAND_CHILD) and os.path.basename(parent).startswith(PREFIX)
+    ):
         return False
     return any(real.startswith(mp.rstrip("/") + "/") for _, mp, _, _ in _mounts())
 
 
 @dataclass
 class SandboxCgroup:
-    """The groups created for one sandbox (one per v1 controller, or one v2 group)."""
+    """The groups created for one sandbox. ``paths``: all of them, children before their parents."""
 
     paths: list[str]
+    #: Where the sandbox's first process (the agent) lives.
+    agent_dirs: list[str] = field(default_factory=list)
+    #: Where the agent puts each command (the memory limit is here).
+    command_dirs: list[str] = field(default_factory=list)
+    #: The commands' OOM counters: v2 ``memory.events``, v1 ``memory.oom_control``.
+    events: str | None = None
     enforced: dict[str, str] = field(default_factory=dict)
 
     def attach(self, pid: int) -> None:
-        """Move one process into every group; raises ``OSError`` if the kernel refuses."""
-        for path in self.paths:
+        """Move one process where commands run (the plain path); ``OSError`` if the kernel refuses."""
+        for path in (*self.agent_dirs, *self.command_dirs):
             _write(os.path.join(path, "cgroup.procs"), str(pid))
+
+    def open_fds(self) -> tuple[list[int], list[int], int | None]:
+        """Fds for the newborn: ``cgroup.procs`` of the agent's and the commands' groups (write-only),
+        and the OOM counters (read-only). All CLOEXEC; the caller closes them. ``OSError`` on failure."""
+        opened: list[int] = []
+        try:
+            for path in (*self.agent_dirs, *self.command_dirs):
+                opened.append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+            events = os.open(self.events, os.O_RDONLY | os.O_CLOEXEC) if self.events else None
+        except OSError:
+            for fd in opened:
+                os.close(fd)
+            raise
+        n = len(self.agent_dirs)
+        return opened[:n], opened[n:], events
 
     def pids(self) -> set[int]:
         out: set[int] = set()
@@ -136,9 +172,9 @@ class SandboxCgroup:
         return len(victims)
 
     def try_remove(self) -> bool:
-        """Remove the groups that are empty; True when none is left."""
+        """Remove the groups that are empty (children first); True when none is left."""
         left = []
-        for path in self.paths:
+        for path in sorted(self.paths, key=lambda p: p.count("/"), reverse=True):
             try:
                 os.rmdir(path)
             except FileNotFoundError:
@@ -149,29 +185,29 @@ class SandboxCgroup:
         return not left
 
     def memory_events(self) -> dict[str, int]:
-        """OOM kills seen by the memory controller (v1 ``memory.oom_control``, v2 ``memory.events``)."""
-        for path in self.paths:
-            for name in ("memory.events", "memory.oom_control"):
-                try:
-                    text = _read(os.path.join(path, name))
-                except OSError:
-                    continue
-                out = {}
-                for line in text.splitlines():
-                    key, _, value = line.partition(" ")
-                    if value.strip().isdigit():
-                        out[key] = int(value)
-                return out
-        return {}
+        """The commands' OOM counters (e.g. ``{"oom_kill": 1}``); empty when unknown."""
+        if self.events is None:
+            return {}
+        try:
+            text = _read(self.events)
+        except OSError:
+            return {}
+        out = {}
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                out[key] = int(value)
+        return out
 
 
 class CgroupManager:
     """Finds where this process may create cgroups, once; then creates one group set per sandbox."""
 
-    def __init__(self, *, enabled: bool = True, parent: str | None = None) -> None:
+    def __init__(self, *, enabled: bool = True, parent: str | None = None, cpu_weight: int | None = None) -> None:
         self.version: str | None = None
         #: controller -> directory under which sandbox groups are created
         self.parents: dict[str, str] = {}
+        self.cpu_weight = cpu_weight
         if enabled:
             self._detect(parent)
 
@@ -221,56 +257,80 @@ class CgroupManager:
     ) -> SandboxCgroup | None:
         """Create and limit the groups for one sandbox; None when no controller is usable.
 
-        A limit that cannot be written is logged and left out of ``enforced``; the
-        caller then applies the rlimit fallback for it.
+        A limit that cannot be written is logged and left out of ``enforced`` (the caller then
+        applies the rlimit fallback for it). ``OSError`` when a group cannot be created; groups
+        created before the failure are removed.
         """
-        wanted = {"pids": pids, "memory": memory_bytes, "cpu": cpu}
-        if not any(wanted[c] is not None for c in self.parents):
+        if not self.parents:
             return None
-        name = PREFIX + sandbox_id
+        cg = SandboxCgroup(paths=[])
+        try:
+            if self.version == "v2":
+                self._create_v2(cg, PREFIX + sandbox_id, pids, memory_bytes, cpu)
+            else:
+                self._create_v1(cg, PREFIX + sandbox_id, pids, memory_bytes, cpu)
+        except OSError:
+            cg.try_remove()
+            raise
+        return cg
+
+    def _mkdir(self, cg: SandboxCgroup, path: str) -> str:
+        os.mkdir(path, 0o755)
+        cg.paths.insert(0, path)  # children before parents
+        return path
+
+    def _create_v1(self, cg: SandboxCgroup, name: str, pids: int | None, memory: int | None, cpu: float | None) -> None:
         dirs: dict[str, str] = {}
         for c, parent in self.parents.items():
-            if wanted[c] is None:
-                continue
             path = os.path.join(parent, name)
             if path not in dirs.values():
-                try:
-                    os.mkdir(path, 0o755)
-                except FileExistsError:
-                    pass
-                except OSError as exc:
-                    log.info("cgroup not created", path=path, error=str(exc))
-                    continue
+                self._mkdir(cg, path)
+                cg.agent_dirs.append(path)
             dirs[c] = path
-        if not dirs:
-            return None
-        cg = SandboxCgroup(paths=sorted(set(dirs.values())))
-        tag = f"cgroup-{self.version}"
+        if "memory" in dirs:
+            cmd = self._mkdir(cg, os.path.join(dirs["memory"], COMMAND_CHILD))
+            cg.command_dirs.append(cmd)
+            cg.events = os.path.join(cmd, "memory.oom_control")
+            if memory is not None and self._set(cmd, "memory.limit_in_bytes", str(memory)):
+                cg.enforced["memory"] = "cgroup-v1"
+                if os.path.exists(os.path.join(cmd, "memory.memsw.limit_in_bytes")):
+                    self._set(cmd, "memory.memsw.limit_in_bytes", str(memory))
         if pids is not None and "pids" in dirs and self._set(dirs["pids"], "pids.max", str(pids)):
-            cg.enforced["pids"] = tag
-        if memory_bytes is not None and "memory" in dirs:
-            path = dirs["memory"]
-            if self.version == "v1":
-                if self._set(path, "memory.limit_in_bytes", str(memory_bytes)):
-                    cg.enforced["memory"] = tag
-                    if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
-                        self._set(path, "memory.memsw.limit_in_bytes", str(memory_bytes))
-            elif self._set(path, "memory.max", str(memory_bytes)):
-                cg.enforced["memory"] = tag
-                if os.path.exists(os.path.join(path, "memory.swap.max")):
-                    self._set(path, "memory.swap.max", "0")
-        if cpu is not None and "cpu" in dirs:
-            quota = max(1000, int(cpu * CPU_PERIOD_US))
-            path = dirs["cpu"]
-            ok = (
-                self._set(path, "cpu.cfs_period_us", str(CPU_PERIOD_US))
-                and self._set(path, "cpu.cfs_quota_us", str(quota))
-                if self.version == "v1"
-                else self._set(path, "cpu.max", f"{quota} {CPU_PERIOD_US}")
-            )
-            if ok:
-                cg.enforced["cpu"] = tag
-        return cg
+            cg.enforced["pids"] = "cgroup-v1"
+        if "cpu" in dirs:
+            cg.enforced["cpu_share"] = "cgroup-v1"
+            if self.cpu_weight is not None:
+                self._set(dirs["cpu"], "cpu.shares", str(max(2, round(self.cpu_weight * SHARES_PER_WEIGHT))))
+            if cpu is not None:
+                quota = max(1000, int(cpu * CPU_PERIOD_US))
+                path = dirs["cpu"]
+                if self._set(path, "cpu.cfs_period_us", str(CPU_PERIOD_US)) and self._set(
+                    path, "cpu.cfs_quota_us", str(quota)
+                ):
+                    cg.enforced["cpu"] = "cgroup-v1"
+
+    def _create_v2(self, cg: SandboxCgroup, name: str, pids: int | None, memory: int | None, cpu: float | None) -> None:
+        top = self._mkdir(cg, os.path.join(next(iter(self.parents.values())), name))
+        if "memory" in self.parents:
+            _write(os.path.join(top, "cgroup.subtree_control"), "+memory")
+            cg.agent_dirs.append(self._mkdir(cg, os.path.join(top, AGENT_CHILD)))
+            cmd = self._mkdir(cg, os.path.join(top, COMMAND_CHILD))
+            cg.command_dirs.append(cmd)
+            cg.events = os.path.join(cmd, "memory.events")
+            if memory is not None and self._set(cmd, "memory.max", str(memory)):
+                cg.enforced["memory"] = "cgroup-v2"
+                if os.path.exists(os.path.join(cmd, "memory.swap.max")):
+                    self._set(cmd, "memory.swap.max", "0")
+        else:
+            cg.agent_dirs.append(top)
+        if pids is not None and "pids" in self.parents and self._set(top, "pids.max", str(pids)):
+            cg.enforced["pids"] = "cgroup-v2"
+        if "cpu" in self.parents:
+            cg.enforced["cpu_share"] = "cgroup-v2"
+            if self.cpu_weight is not None:
+                self._set(top, "cpu.weight", str(self.cpu_weight))
+            if cpu is not None and self._set(top, "cpu.max", f"{max(1000, int(cpu * CPU_PERIOD_US))} {CPU_PERIOD_US}"):
+                cg.enforced["cpu"] = "cgroup-v2"
 
     @staticmethod
     def _set(path: str, name: str, value: str) -> bool:

@@ -69,6 +69,9 @@ def is_sandbox_process(pid: int, entry: dict[str, Any]) -> bool:
             argv = f.read().split(b"\x00")
     except OSError:
         return False
+    marker = entry.get("marker")
+    if isinstance(marker, str):  # a fork of the template: its command line is the template's
+        return marker.encode() in argv
     exe = str(entry.get("exe") or "")
     sid = str(entry["sandbox_id"]).encode()
     return bool(argv) and os.path.basename(argv[0]).decode("utf-8", "replace") == exe and any(sid in a for a in argv)

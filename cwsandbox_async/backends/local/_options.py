@@ -1,14 +1,84 @@
-"""LocalBackend's option checks and its mapping from ``Resources`` to rlimits (see ``_backend``)."""
+"""LocalBackend's settings and option checks, and its mapping from ``Resources`` to rlimits (see ``_backend``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..._errors import SandboxValidationError
 from ..._types import Resources
 
-__all__ = ["AGENT_KINDS", "ISOLATION_LEVELS", "MIB", "PIDS_OVERHEAD", "check_options", "rlimits_for"]
+__all__ = [
+    "AGENT_KINDS",
+    "ISOLATION_LEVELS",
+    "MIB",
+    "PIDS_OVERHEAD",
+    "LocalOptions",
+    "check_options",
+    "rlimits_for",
+]
+
+
+_DEFAULTS = {"exit_grace_seconds": 0.5, "worker_idle_trim_seconds": 5.0, "plain_file_timeout_seconds": 60.0}
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """The local backend's timeouts and budgets, in seconds. ``None`` means the default shown.
+
+    Every wait the backend does is also bounded by its caller's deadline (``Session`` timeouts):
+    these settings only decide when the backend escalates, never extend a caller's budget.
+
+    - ``exit_grace_seconds`` (0.5): how long ``destroy`` lets the agent exit by itself (killing
+      its commands) before it SIGKILLs the sandbox.
+    - ``worker_idle_trim_seconds`` (5.0): seconds without an exec after which a sandbox's agent
+      keeps only one idle worker.
+    - ``plain_file_timeout_seconds`` (60.0): the timeout of the ``cat`` that reads or writes a
+      file on the plain exec path (no agent).
+
+    Each must be > 0 (``math.inf`` allowed where "never" makes sense); 0, a negative or NaN raises
+    ``SandboxValidationError``.
+    """
+
+    exit_grace_seconds: float | None = None
+    worker_idle_trim_seconds: float | None = None
+    plain_file_timeout_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
+                raise SandboxValidationError(f"{f.name} must be a number > 0 (or None for the default); got {value!r}")
+
+    def with_settings(self, **settings: float | None) -> LocalOptions:
+        """A copy with ``settings`` (field names) replaced; ``SandboxValidationError`` for unknown names."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(settings) - names)
+        if unknown:
+            raise SandboxValidationError(f"unknown LocalBackend option(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **settings) if settings else self
+
+    def _get(self, name: str) -> float:
+        value = getattr(self, name)
+        return float(_DEFAULTS[name] if value is None else value)
+
+    @property
+    def exit_grace(self) -> float:
+        return self._get("exit_grace_seconds")
+
+    @property
+    def worker_idle_trim(self) -> float:
+        return self._get("worker_idle_trim_seconds")
+
+    @property
+    def plain_file_timeout(self) -> float:
+        return self._get("plain_file_timeout_seconds")
+
 
 ISOLATION_LEVELS = ("auto", "bwrap", "unshare", "none")
 AGENT_KINDS = ("auto", "python", "plain")
@@ -25,8 +95,13 @@ def check_options(
     sandbox_uid: object,
     sandbox_gid: object,
     paths: Sequence[object],
+    cpu_weight: object = None,
 ) -> None:
     """Raise ``SandboxValidationError`` for any bad ``LocalBackend`` option."""
+    if cpu_weight is not None and (
+        isinstance(cpu_weight, bool) or not isinstance(cpu_weight, int) or not 1 <= cpu_weight <= 10000
+    ):
+        raise SandboxValidationError(f"cpu_weight must be an int from 1 to 10000 (or None); got {cpu_weight!r}")
     if isolation not in ISOLATION_LEVELS:
         raise SandboxValidationError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}; got {isolation!r}")
     if agent not in AGENT_KINDS or (agent == "plain" and isolation not in ("auto", "bwrap")):

@@ -1,10 +1,11 @@
 """The sandbox agent: the program that runs inside every local sandbox (stdlib only).
 
-This package is never imported from disk inside a sandbox: the driver sends it
-as a bundle of compiled modules (``_protocol.agent_bundle``) and the bootstrap
-loads it as the top-level package ``cwsandbox_agent``; every import inside it is
-relative. On the driver side it is ``cwsandbox_async.backends.local.agent``,
-imported by the tests and for the protocol constants (``protocol``).
+Inside a sandbox this package is ``cwsandbox_agent``: the template-born sandboxes import it from
+the directory the driver binds read-only at ``/run/cwsandbox/cwsandbox_agent`` (see ``_rootfs``);
+an unisolated agent (``isolation="none"``) loads it from a bundle of compiled modules the driver
+sends (``_protocol.agent_bundle``). Modules here may import only the standard library and each
+other (relatively). On the driver side it is ``cwsandbox_async.backends.local.agent``, imported by
+the tests and for the protocol constants (``protocol``).
 
 Processes inside a sandbox (all the same user; the agent is PID 1)::
 
@@ -17,6 +18,7 @@ Modules: ``main`` (entry points), ``server`` (the loop, frames, files),
 ``scheduler`` (execs and workers), ``execs`` (their records), ``worker``,
 ``child``, ``template``, ``proctree`` (process trees, CPU and run-queue wait),
 ``oom`` (cgroup OOM counts), ``files``, ``harden`` and ``seccomp`` (birth-path
-hardening), ``nsroot`` (the ``unshare`` fallback's file system), ``sysapi``
-(ctypes calls), ``settings``, ``protocol``.
+hardening), ``nsroot`` (the old ``unshare`` fallback's file system), ``sysapi``
+(ctypes calls), ``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the
+template that births sandboxes (helper A's part).
 """

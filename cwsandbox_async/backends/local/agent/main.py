@@ -133,6 +133,18 @@ def boot_fd(fd: int) -> NoReturn:
     boot(data[8 + n : 8 + n + c], data[8 : 8 + n] or None)
 
 
+def open_cgroup_paths(paths: dict[str, Any]) -> dict[str, Any]:
+    """``config["cgroup_paths"]`` (an agent on the host, ``isolation="none"``): join the agent's
+    groups now, open the commands' ``cgroup.procs`` and OOM counter. ``OSError`` if refused."""
+    for path in paths.get("agent_procs") or ():
+        with open(path, "w") as f:
+            f.write("0")
+    out: dict[str, Any] = {"cmd_procs": [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in paths.get("cmd_procs") or ()]}
+    events = paths.get("cmd_events")
+    out["cmd_events"] = os.open(events, os.O_RDONLY | os.O_CLOEXEC) if events else None
+    return out
+
+
 def boot(config_bytes: bytes, bundle: bytes | None = None) -> NoReturn:
     """Called by ``BOOTSTRAP``: become what the configuration says (module docstring)."""
     try:
@@ -143,9 +155,10 @@ def boot(config_bytes: bytes, bundle: bytes | None = None) -> NoReturn:
             from . import nsroot
 
             nsroot.enter_unshared_root(config, bundle)
+        cgroup = open_cgroup_paths(config["cgroup_paths"]) if config.get("cgroup_paths") else None
     except BaseException:
         import traceback
 
         traceback.print_exc()
         os._exit(71)
-    run(config, boot=boot_info(bundle))
+    run(config, boot=boot_info(bundle), cgroup=cgroup)

@@ -1,0 +1,275 @@
+"""The template (zygote) that births every local sandbox, and the birth of one sandbox (stdlib only).
+
+Z, the template, runs inside the root view ``_rootfs`` built (PID 1 of its own pid namespace, uid 0
+of a user namespace that maps only unprivileged host ids). It imports the agent before anything
+else happens, freezes its heap (``gc.freeze``: the collector then never writes to the pages every
+sandbox shares) and then does one thing: for each ``F`` message on the control socket it forks,
+handing the child the two file descriptors that came with the message (the sandbox's channel socket
+and its stderr pipe). **The template never reads a channel**: nothing a request carried, not even a
+sandbox's configuration, ever exists in its memory. It reaps its children and exits when the driver
+closes the control socket.
+
+The child, C, reads the birth configuration from its channel (``config["birth"]``, with the cgroup
+file descriptors as SCM_RIGHTS), joins the sandbox's cgroups, creates the mount points it needs,
+becomes the sandbox's own uid of the template's namespace (a distinct host uid per sandbox when the
+driver is root), enters new user, mount, uts, ipc, pid, cgroup and (unless ``network``) net
+namespaces, maps the sandbox's uid/gid inside to itself, forks G and exits. G is PID 1 of the
+sandbox: when it exits the kernel kills everything else in the sandbox. G sends the driver a pidfd
+of itself (the "born" record), mounts the sandbox's own ``/proc``, ``/tmp``, working directory,
+``/dev/shm`` and ``/dev/pts``, sets the hostname, brings up loopback, makes the root read-only, forbids
+further user namespaces, drops every capability (``NoNewPrivs``) and becomes the agent, in process.
+
+Any failure in C or G is printed to the sandbox's stderr pipe and ends it (status 71); the driver
+reports it as a creation error with that text.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import gc
+import importlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+from . import _rootfs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, NoReturn
+
+#: The ``F`` message: fork a sandbox; its SCM_RIGHTS carry (channel socket, stderr pipe).
+FORK = b"F"
+#: What G sends first on its channel: ``B`` with a pidfd of itself as SCM_RIGHTS.
+BORN = b"B"
+MAX_BIRTH_FDS = 16
+#: Largest birth configuration accepted (the sandbox's env is the only large part).
+MAX_BIRTH_CONFIG = 8 << 20
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 1
+_IFREQ = struct.Struct("16sH14x")
+
+#: The agent as the template preloaded it (see ``_preload``).
+_agent: dict[str, Any] = {}
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+
+# -- the template ----------------------------------------------------------------------------------
+def serve(ctl: socket.socket, config: dict[str, Any]) -> NoReturn:
+    """Z's loop: fork a newborn per ``F`` message; exit when the driver closes the control socket."""
+    _preload(config)
+    signal.signal(signal.SIGCHLD, _reap)
+    gc.collect()
+    gc.freeze()
+    ctl.sendall(b"R")
+    space = socket.CMSG_SPACE(2 * 4)
+    while True:
+        msg, ancillary, _, _ = ctl.recvmsg(16, space, socket.MSG_CMSG_CLOEXEC)
+        fds = _fds(ancillary)
+        if not msg:
+            os._exit(0)
+        if msg != FORK or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1  # at a limit: closing the fds below tells the driver (its channel sees EOF)
+        if pid == 0:
+            ctl.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _born(fds[0], fds[1])
+        for fd in fds:
+            os.close(fd)
+
+
+def _preload(config: dict[str, Any]) -> None:
+    for name in config.get("preload") or ():
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a module missing from this image is simply not preloaded
+            continue
+    from . import main, server  # the agent, imported once here: every newborn shares these pages
+
+    _agent.update(main=main, server=server)
+
+
+def _reap(signum: int, frame: FrameType | None) -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    out: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            out.extend(array.array("i", data[: len(data) - len(data) % 4]))
+    return out
+
+
+# -- one birth ---------------------------------------------------------------------------------------
+def _born(chan_fd: int, err_fd: int) -> NoReturn:
+    """C and then G (see the module docstring). Never returns."""
+    try:
+        os.dup2(err_fd, 2)
+        os.close(err_fd)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.close(null)
+        chan = socket.socket(fileno=chan_fd)
+        config, fds = _receive(chan)
+        _enter(config["birth"], fds)
+        if os.fork() != 0:
+            os._exit(0)  # C is done: G is PID 1 of the new namespaces, re-parented to the template
+        pidfd = os.pidfd_open(os.getpid())
+        chan.sendmsg([BORN], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]).tobytes())])
+        os.close(pidfd)
+        _settle(config["birth"])
+        config["cgroup"] = _named_fds(config["birth"].get("fds") or {}, fds)
+        drop_privileges()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(_rootfs.EXIT_SETUP_FAILED)
+    _start_agent(chan, config)
+
+
+def _receive(chan: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """The birth configuration: u32 length + JSON, the cgroup fds arriving with its first bytes."""
+    data, ancillary, _, _ = chan.recvmsg(1 << 16, socket.CMSG_SPACE(MAX_BIRTH_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    fds = _fds(ancillary)
+    buf = bytearray(data)
+    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+        if len(buf) >= 4 and int.from_bytes(buf[:4], "big") > MAX_BIRTH_CONFIG:
+            raise ValueError("birth configuration too large")
+        more = chan.recv(1 << 16)
+        if not more:
+            raise EOFError("the driver closed the channel before the birth configuration arrived")
+        buf += more
+    n = int.from_bytes(buf[:4], "big")
+    return json.loads(bytes(buf[4 : 4 + n])), fds
+
+
+def _named_fds(names: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    """The birth config's fd indexes (``{"cmd_procs": [3], "cmd_events": 4}``) as this process's fds."""
+    out: dict[str, Any] = {}
+    for name, index in names.items():
+        out[name] = [fds[i] for i in index] if isinstance(index, list) else (None if index is None else fds[index])
+    return out
+
+
+def _enter(birth: dict[str, Any], fds: list[int]) -> None:
+    """C: cgroups, mount points, the sandbox's uid, new namespaces, the id maps."""
+    for index in birth.get("join") or ():
+        os.write(fds[index], b"0")  # "0" is this process; G and all its descendants are born inside
+        os.close(fds[index])
+    for path in birth.get("mkdirs") or ():
+        os.makedirs(path, exist_ok=True)
+    uid, gid = int(birth["uid"]), int(birth["gid"])
+    if birth.get("setgroups"):
+        os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _rootfs.prctl(_rootfs.PR_SET_DUMPABLE, 1)  # a credential change made /proc/self root's; the maps need it ours
+    flags = (
+        _rootfs.CLONE_NEWUSER
+        | _rootfs.CLONE_NEWNS
+        | _rootfs.CLONE_NEWUTS
+        | _rootfs.CLONE_NEWIPC
+        | _rootfs.CLONE_NEWPID
+        | _rootfs.CLONE_NEWCGROUP
+    )
+    if not birth.get("network"):
+        flags |= _rootfs.CLONE_NEWNET
+    _rootfs.unshare(flags)
+    _rootfs.write_text("/proc/self/setgroups", "deny")
+    _rootfs.write_text("/proc/self/uid_map", f"{int(birth['inside_uid'])} {uid} 1\n")
+    _rootfs.write_text("/proc/self/gid_map", f"{int(birth['inside_gid'])} {gid} 1\n")
+
+
+def _settle(birth: dict[str, Any]) -> None:
+    """G: the sandbox's own mounts, hostname, loopback, read-only root, no nested user namespaces."""
+    for step in birth["mounts"]:
+        kind, path = step[0], step[1]
+        if kind == "proc":
+            _rootfs.mount("proc", path, "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
+        elif kind == "tmpfs":
+            _rootfs.tmpfs(path, step[2], step[3])
+        elif kind == "devpts":
+            flags = _rootfs.MS_NOSUID | _rootfs.MS_NOEXEC
+            _rootfs.mount("devpts", path, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+        else:
+            raise ValueError(f"unknown sandbox mount {kind!r}")
+    name = str(birth["hostname"]).encode()
+    _rootfs.check(_rootfs.libc.sethostname(name, len(name)), "sethostname")
+    if not birth.get("network"):
+        _loopback_up()
+    _rootfs.remount_ro("/", recursive=False)
+    _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
+
+
+def _loopback_up() -> None:
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = _IFREQ.unpack(fcntl.ioctl(s, SIOCGIFFLAGS, _IFREQ.pack(b"lo", 0)))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | IFF_UP))
+
+
+def drop_privileges() -> None:
+    """Empty every capability set (bounding and ambient too) and set ``PR_SET_NO_NEW_PRIVS``."""
+    libc = _rootfs.libc
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # EINVAL past the last capability this kernel knows
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _rootfs.check(libc.capset(ctypes.byref(header), data), "capset")
+    _rootfs.prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _start_agent(chan: socket.socket, config: dict[str, Any]) -> NoReturn:
+    """Become the agent, in process (the template preloaded it): ``main.run`` on the channel.
+
+    The agent's own first steps are the unprivileged hardening (a fresh session keyring, then
+    the seccomp filter), before it reads any request; its in-sandbox template joins the commands'
+    cgroup through ``config["cgroup"]["cmd_procs"]`` (see ``agent.main``)."""
+    try:
+        os.dup2(chan.fileno(), 0)
+        os.dup2(chan.fileno(), 1)
+        chan.close()
+        _agent["main"].run(config["agent"], 0, 1, cgroup=config["cgroup"])
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(70)
