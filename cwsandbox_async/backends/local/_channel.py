@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -56,9 +57,17 @@ from ._protocol import (
     unpack_meta,
 )
 
-__all__ = ["AgentChannel"]
+__all__ = ["AgentChannel", "AgentProtocolError"]
 
 STDERR_TAIL = 16 * 1024
+#: ``ExecExit`` has ``sandbox_cpu_seconds`` once the verdict branch's contract is merged.
+_SANDBOX_CPU = "sandbox_cpu_seconds" in {f.name for f in dataclasses.fields(ExecExit)}
+
+
+class AgentProtocolError(RuntimeError):
+    """The agent's reply broke the protocol: a bug of this library (see the module docstring)."""
+
+
 _Chunk = tuple[StreamName, bytes]
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
 #: ``async (OOM kills the agent last reported, the sandbox process's exit status) -> bool``: did
@@ -270,9 +279,12 @@ class AgentChannel(asyncio.SubprocessProtocol):
         except ValueError:
             meta = {}
         message = str(meta.get("m", "the agent reported an error"))
-        if meta.get("k") == "file":
+        kind = meta.get("k")
+        if kind == "file":
             raise SandboxFileError(message, sandbox_id=self.sandbox_id, path=path)
-        raise SandboxTransportError(f"sandbox agent error: {message}", sandbox_id=self.sandbox_id)
+        if kind == "internal":
+            raise SandboxTransportError(f"sandbox agent error: {message}", sandbox_id=self.sandbox_id)
+        raise AgentProtocolError(f"sandbox {self.sandbox_id}: the agent refused a request ({kind}): {message}")
 
     async def _killed_by_program(self) -> bool:
         """Ask the backend (once) whether the sandbox died of its own program's memory use."""
@@ -331,11 +343,14 @@ class AgentChannel(asyncio.SubprocessProtocol):
                 oom_killed=True,
             )
         if call.kind != R_DONE:
-            raise SandboxTransportError(f"unexpected reply {call.kind} to an exec", sandbox_id=self.sandbox_id)
+            raise AgentProtocolError(f"sandbox {self.sandbox_id}: unexpected reply {call.kind} to an exec")
         try:
             done, _ = unpack_meta(call.payload)
             self.oom_seen = max(self.oom_seen, int(done.get("oc") or 0))
             wait = done.get("cw")
+            extra: dict[str, Any] = {}
+            if _SANDBOX_CPU and done.get("sc") is not None:
+                extra["sandbox_cpu_seconds"] = float(done["sc"])
             return ExecExit(
                 returncode=int(done["rc"]),
                 stdout=b"".join(call.out),
@@ -347,9 +362,10 @@ class AgentChannel(asyncio.SubprocessProtocol):
                 oom_killed=bool(done.get("oom")),
                 cpu_exceeded=bool(done.get("cx")),
                 cpu_wait_seconds=None if wait is None else float(wait),
+                **extra,
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise SandboxTransportError(f"malformed exit report: {exc}", sandbox_id=self.sandbox_id) from exc
+            raise AgentProtocolError(f"sandbox {self.sandbox_id}: malformed exit report: {exc}") from exc
 
     async def read_file(self, path: str, max_bytes: int) -> bytes:
         rid, call = self._start(T_READ, pack_meta({"p": path, "m": max_bytes}))

@@ -55,6 +55,7 @@ class Exec:
         "py",
         "request",
         "rid",
+        "sandbox_cpu",
         "sent",
         "start",
         "status",
@@ -88,6 +89,8 @@ class Exec:
         self.acked = False
         self.ack_deadline = float("inf")
         self.oom_before = 0
+        #: CPU seconds of the whole sandbox while it ran (the reading at its start until it ended)
+        self.sandbox_cpu: float | None = None
         self.overlapped = False
         self.note = ""  # why the agent ended it, if it did
         self.wait_until: float | None = None  # exclusive: give up clearing the sandbox at this time

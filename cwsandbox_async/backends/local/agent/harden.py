@@ -39,9 +39,9 @@ IPC_LIMITS = {
     "shmmax": str(16 << 20),  # largest segment: 16 MiB
     "shmall": str((64 << 20) // 4096),  # all segments together: 64 MiB (in pages)
     "shmmni": "64",  # segments
-    "msgmnb": str(64 << 10),  # bytes in one message queue
-    "msgmax": str(8 << 10),  # one message
-    "msgmni": "32",  # queues
+    "msgmnb": str(8 << 10),  # bytes in one message queue (the kernel's default: 16 KiB)
+    "msgmax": str(4 << 10),  # one message
+    "msgmni": "16",  # queues
     "sem": "250 8000 32 64",  # semmsl semmns semopm semmni
 }
 KEYCTL_JOIN_SESSION_KEYRING = 1

@@ -110,10 +110,38 @@ def rusage_children_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+class SandboxCpu:
+    """CPU time of everything in the sandbox so far, for ``sandbox_cpu_seconds``.
+
+    Read from the sandbox's cgroup, when the driver passed its usage file (``fd``:
+    v1 ``cpuacct.usage`` in ns, v2 ``cpu.stat``'s ``usage_usec``): one exact read.
+    Without it ``read`` is None: walking every process of the sandbox twice per exec
+    would cost a fifth of a short exec, and no figure is better than a wrong one
+    (the Sandbox layer then never calls a timeout starved).
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd = fd
+
+    def read(self) -> float | None:
+        if self.fd is None:
+            return None
+        try:
+            text = os.pread(self.fd, 4096, 0).decode("ascii", "replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        return int(text) / 1e9 if text.strip().isdigit() else None
+
+
 class TreeSampler:
     """Samples the tree below ``root`` (the worker); see the module docstring."""
 
-    __slots__ = ("base", "cpus", "live_cpu", "nice", "reaped", "root", "wait")
+    __slots__ = ("base", "cpus", "live_cpu", "nice", "reaped", "root", "sampled", "wait")
 
     def __init__(self, root: int, cpus: float) -> None:
         self.root = root
@@ -123,9 +151,11 @@ class TreeSampler:
         self.wait: dict[int, int] = {}  # tid -> run-queue wait (ns) last seen
         self.live_cpu = 0.0
         self.reaped = 0.0
+        self.sampled = False
 
     def sample(self) -> None:
         """Read the tree's CPU time and every counted task's wait."""
+        self.sampled = True
         self.reaped = rusage_children_seconds() - self.base
         ticks = 0
         for pid in descendants(self.root):
@@ -160,7 +190,10 @@ class TreeSampler:
         """CPU seconds of the whole tree once every process of it was reaped (exact)."""
         return rusage_children_seconds() - self.base
 
-    def cpu_wait(self, wall: float, cpu: float) -> float:
-        """Run-queue wait in seconds, capped by the capacity the tree left unused (module docstring)."""
+    def cpu_wait(self, wall: float, cpu: float) -> float | None:
+        """Run-queue wait in seconds, capped by the capacity the tree left unused (module docstring);
+        None when the tree was never sampled (a command that ended within one sample interval)."""
+        if not self.sampled:
+            return None
         waited = sum(self.wait.values()) / 1e9
         return round(max(0.0, min(waited, self.cpus * wall - cpu)), 6)

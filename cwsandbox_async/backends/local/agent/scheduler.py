@@ -79,6 +79,8 @@ class Scheduler:
         self.joins: list[int] = [int(fd) for fd in cgroup.get("cmd_procs") or ()]
         events = cgroup.get("cmd_events")
         self.oom = oom.Counter(config.get("oom_files"), None if events is None else int(events))
+        usage = cgroup.get("cpu_usage")
+        self.sandbox_cpu = proctree.SandboxCpu(None if usage is None else int(usage))
         self.refill_after = 0.0
         self.last_exec = time.monotonic()
         #: a frame arrived: no worker is born before that (see start_machinery), and the agent's memory
@@ -310,6 +312,7 @@ class Scheduler:
             handle.dirty = True
         if self.oom.enabled:
             ex.oom_before = self.oom.read()
+        ex.sandbox_cpu = self.sandbox_cpu.read()
         others = [e for e in self.execs.values() if e is not ex and e.running]
         for e in (ex, *others) if others else ():
             e.overlapped = True
@@ -368,6 +371,8 @@ class Scheduler:
         if ex.status is not None:
             return
         ex.status = (rc, cpu, flags, wait)
+        now_cpu = self.sandbox_cpu.read()
+        ex.sandbox_cpu = None if now_cpu is None or ex.sandbox_cpu is None else round(now_cpu - ex.sandbox_cpu, 6)
         if self.exclusive is ex:
             self.exclusive = None
         ex.eof_deadline = time.monotonic() + self.settings.eof_grace
@@ -515,6 +520,7 @@ class Scheduler:
             "oom": oom_killed,
             "cx": bool(flags & D_CPU_EXCEEDED),
             "cw": wait,
+            "sc": ex.sandbox_cpu,
             "oc": count,
         }
         self.send(ex.rid, R_DONE, pack_meta(done))

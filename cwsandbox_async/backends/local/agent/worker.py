@@ -233,7 +233,8 @@ class Worker:
             os.close(fd)
         timed_out, cpu_exceeded = self.wait(timeout, budget, sampler, start)
         wall = time.monotonic() - start
-        sampler.sample()  # the command is a zombie now: its last figures are still readable
+        if timed_out or cpu_exceeded or sampler.sampled:
+            sampler.sample()  # the command is a zombie now: its last figures are still readable
         _, status, _ = os.wait4(self.child, 0)
         proctree.kill_quietly(-self.child, signal.SIGKILL)
         proctree.reap_descendants()
@@ -246,7 +247,8 @@ class Worker:
             out |= D_CPU_EXCEEDED
         if rc == -signal.SIGKILL and not (self.killed or timed_out or cpu_exceeded):
             out |= D_UNEXPLAINED_KILL
-        self.send(K_DONE, rid, rc, wall, cpu, sampler.cpu_wait(wall, cpu), out)
+        wait = sampler.cpu_wait(wall, cpu)
+        self.send(K_DONE, rid, rc, wall, cpu, -1.0 if wait is None else wait, out)
         return None
 
     def spawn(self, fds: list[int]) -> int:
