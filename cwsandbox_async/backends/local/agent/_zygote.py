@@ -36,7 +36,7 @@ import socket
 import struct
 import sys
 
-from . import _rootfs
+from . import _rootfs, harden
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -192,20 +192,20 @@ def _enter(birth: dict[str, Any], fds: list[int]) -> None:
         os.close(fds[index])
     for path in birth.get("mkdirs") or ():
         os.makedirs(path, exist_ok=True)
+    # The IPC namespace first, while C is still uid 0 of the template's namespace: that namespace then
+    # owns it, so C may bound its SysV IPC (``harden.bound_sysv_ipc``) and the sandbox user, whose
+    # namespace is a child of it, may not change the bounds (the kernel checks the euid against the
+    # owning namespace's uid 0).
+    _rootfs.unshare(_rootfs.CLONE_NEWIPC)
+    harden.bound_sysv_ipc()
     uid, gid = int(birth["uid"]), int(birth["gid"])
     if birth.get("setgroups"):
         os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     _rootfs.prctl(_rootfs.PR_SET_DUMPABLE, 1)  # a credential change made /proc/self root's; the maps need it ours
-    flags = (
-        _rootfs.CLONE_NEWUSER
-        | _rootfs.CLONE_NEWNS
-        | _rootfs.CLONE_NEWUTS
-        | _rootfs.CLONE_NEWIPC
-        | _rootfs.CLONE_NEWPID
-        | _rootfs.CLONE_NEWCGROUP
-    )
+    flags = _rootfs.CLONE_NEWUSER | _rootfs.CLONE_NEWNS | _rootfs.CLONE_NEWUTS | _rootfs.CLONE_NEWPID
+    flags |= _rootfs.CLONE_NEWCGROUP
     if not birth.get("network"):
         flags |= _rootfs.CLONE_NEWNET
     _rootfs.unshare(flags)
@@ -222,6 +222,8 @@ def _settle(birth: dict[str, Any]) -> None:
             _rootfs.mount("proc", path, "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
         elif kind == "tmpfs":
             _rootfs.tmpfs(path, step[2], step[3])
+            if len(step) > 4 and step[4]:  # read-only (the empty HOME)
+                _rootfs.remount_ro(path, recursive=False)
         elif kind == "devpts":
             flags = _rootfs.MS_NOSUID | _rootfs.MS_NOEXEC
             _rootfs.mount("devpts", path, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
@@ -233,6 +235,7 @@ def _settle(birth: dict[str, Any]) -> None:
         _loopback_up()
     _rootfs.remount_ro("/", recursive=False)
     _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
+    harden.readonly_proc_sys()  # last: no sysctl of the sandbox's namespaces can change from now on
 
 
 def _loopback_up() -> None:

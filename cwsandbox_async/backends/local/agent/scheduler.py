@@ -79,7 +79,7 @@ class Scheduler:
         self.joins: list[int] = [int(fd) for fd in cgroup.get("cmd_procs") or ()]
         events = cgroup.get("cmd_events")
         self.oom = oom.Counter(config.get("oom_files"), None if events is None else int(events))
-        usage = cgroup.get("cpu_usage")
+        usage = cgroup.get("sandbox_cpu")
         self.sandbox_cpu = proctree.SandboxCpu(None if usage is None else int(usage))
         self.refill_after = 0.0
         self.last_exec = time.monotonic()
