@@ -163,7 +163,11 @@ async def test_home_is_read_only_and_empty_and_user_site_is_off(tag: str) -> Non
     async with local_session(tag) as s:
         sb = await s.sandbox()
         r = await sb.exec(
-            ["sh", "-c", 'echo "$HOME $PYTHONNOUSERSITE"; ls -A "$HOME" | wc -l; test -w "$HOME" || echo ro']
+            [
+                "sh",
+                "-c",
+                'echo "$HOME $PYTHONNOUSERSITE"; ls -A "$HOME" | wc -l; test -d "$HOME" && ! test -w "$HOME" && echo ro',
+            ]
         )
         home, nousersite, count, ro = r.stdout.split()
         assert (home, nousersite, count, ro) == (harden.HOME, "1", "0", "ro")
