@@ -166,7 +166,7 @@ async def test_home_is_read_only_and_empty_and_user_site_is_off(tag: str) -> Non
             [
                 "sh",
                 "-c",
-                'echo "$HOME $PYTHONNOUSERSITE"; ls -A "$HOME" | wc -l; test -d "$HOME" && ! test -w "$HOME" && echo ro',
+                'echo "$HOME $PYTHONNOUSERSITE"; ls -A "$HOME" | wc -l; [ -d "$HOME" ] && [ ! -w "$HOME" ] && echo ro',
             ]
         )
         home, nousersite, count, ro = r.stdout.split()

@@ -225,13 +225,14 @@ def template_plan(layout: Layout, agent_dir: str, extra_dirs: Sequence[str] = ()
     Sandboxes with and without a network share one template, so a resolv.conf symlink's target is
     bound for all (it holds no secret); without a network it resolves nothing.
     """
-    per_sandbox = {"/tmp", layout.working_dir, "/dev/shm", harden.HOME}
+    per_sandbox = {"/tmp", layout.working_dir, "/dev/shm", harden.HOME}  # HOME: a bare directory instead
     plan = [
         step
         for step in mount_plan(replace(layout, network=True))
         if not (step[0] in ("tmpfs", "rw") and _target(step) in per_sandbox)
     ]
     plan.append(["ro", agent_dir, AGENT_MOUNT])
+    # HOME is an empty directory of the template's root, read-only in every sandbox (its root is).
     for path in (*TEMPLATE_DIRS, layout.working_dir, harden.HOME, *extra_dirs):
         plan.append(["dir", path])
     return plan
@@ -247,7 +248,6 @@ def sandbox_mounts(layout: Layout) -> list[list[Any]]:
     out: list[list[Any]] = [["proc", "/proc"], ["tmpfs", "/tmp", layout.tmp_bytes, 0o1777]]
     if layout.working_dir != "/tmp":
         out.append(["tmpfs", layout.working_dir, layout.workspace_bytes, 0o755])
-    out.append(["tmpfs", harden.HOME, 4096, 0o555, True])  # HOME: read-only and empty
     out += [["tmpfs", "/dev/shm", SHM_BYTES, 0o1777], ["devpts", "/dev/pts"]]
     return out
 
