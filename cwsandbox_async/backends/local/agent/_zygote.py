@@ -222,8 +222,6 @@ def _settle(birth: dict[str, Any]) -> None:
             _rootfs.mount("proc", path, "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
         elif kind == "tmpfs":
             _rootfs.tmpfs(path, step[2], step[3])
-            if len(step) > 4 and step[4]:  # read-only (the empty HOME)
-                _rootfs.remount_ro(path, recursive=False)
         elif kind == "devpts":
             flags = _rootfs.MS_NOSUID | _rootfs.MS_NOEXEC
             _rootfs.mount("devpts", path, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
