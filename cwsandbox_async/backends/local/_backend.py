@@ -38,16 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
-import marshal
 import os
 import re
 import subprocess
 import tempfile
 import warnings
 from collections.abc import Sequence
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -75,13 +71,13 @@ from ._bwrap import (
     sandbox_mounts,
     template_plan,
 )
-from ._cgroup import CgroupManager, process_tree
+from ._cgroup import CgroupManager
 from ._channel import AgentChannel
 from ._leftover import destroy_leftover, entry_status, kill_group, reap, remove_cgroup, remove_dir
 from ._options import MIB, PIDS_OVERHEAD, LocalOptions, check_options, rlimits_for
 from ._plain import PlainSandbox
 from ._probe import Probe, ProbeRequest, probe
-from ._protocol import BOOTSTRAP, MARSHALED, T_EXEC, T_PY, boot_payload
+from ._protocol import BOOTSTRAP, T_EXEC, T_PY, agent_bundle, boot_payload
 from ._registry import Registry, pid_alive, proc_start_time
 from ._template import AGENT_DIR, MARKER, Template
 from ._threads import Blocking
@@ -94,27 +90,9 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _REMEMBER_DESTROYED = 4096
 
 
-@lru_cache(maxsize=1)
-def agent_source() -> str:
-    """The agent program: ``_protocol``, ``_worker``, ``_nsroot``, ``_agentfs``, ``_agent`` (all stdlib only)."""
-    here = Path(__file__).resolve().parent
-    names = ("_protocol.py", "_worker.py", "_nsroot.py", "_agentfs.py", "_agent.py")
-    parts = [(here / name).read_text() for name in names]
-    future = "\nfrom __future__ import annotations"
-    return "\n".join([parts[0], *(p.replace(future, "\n", 1) for p in parts[1:])])
-
-
-@lru_cache(maxsize=4)
-def agent_program(magic: str) -> bytes:
-    """The agent as sent: compiled and marshaled when the sandbox's Python has our bytecode magic."""
-    if magic and magic == importlib.util.MAGIC_NUMBER.hex():
-        return MARSHALED + marshal.dumps(compile(agent_source(), "<cwsandbox-agent>", "exec"))
-    return agent_source().encode()
-
-
 def boot_config(config: dict[str, Any], magic: str) -> bytes:
-    """What the backend writes first to a new agent's stdin (see ``_protocol.BOOTSTRAP``)."""
-    return boot_payload(agent_program(magic), json.dumps(config, separators=(",", ":")).encode())
+    """What the backend writes first to a new unisolated agent's stdin (see ``_protocol.BOOTSTRAP``)."""
+    return boot_payload(agent_bundle(magic), config)
 
 
 class LocalBackend(Backend):
@@ -236,7 +214,6 @@ class LocalBackend(Backend):
             "id_map": self._ids.id_map(),
             "plan": template_plan(layout, AGENT_DIR),
             "preload": list(self._preload),
-            "legacy_agent": agent_source(),
         }
 
     async def _ensure_template(self) -> Template:
@@ -398,7 +375,8 @@ class LocalBackend(Backend):
             "file_limit": box.rlimits.get("fsize"),
             "preload": list(self._preload),
             "ttl": d.max_lifetime_seconds,
-            "idle_trim": self.options.worker_idle_trim,
+            "settings": {"idle_trim": self.options.worker_idle_trim},
+            "cpus": d.resources.cpu,
             "die_with_parent": False,
         }
 
@@ -459,6 +437,13 @@ class LocalBackend(Backend):
         box.rlimits, enforced = self._limits(box)
         env = {**sandbox_env(d.working_dir), **d.env, "HOME": box.workspace or "/"}
         config = {**self._agent_config(box, env), "path_map": [[d.working_dir, box.workspace]], "die_with_parent": True}
+        if box.cgroup is not None:  # the agent joins its group itself, its template the commands' group
+            cg = box.cgroup
+            config["cgroup_paths"] = {
+                "agent_procs": [os.path.join(p, "cgroup.procs") for p in cg.agent_dirs],
+                "cmd_procs": [os.path.join(p, "cgroup.procs") for p in cg.command_dirs],
+                "cmd_events": cg.events,
+            }
         argv = [self._python, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", sid]
         box.channel = await self._spawn(sid, argv, box.workspace or "/")
         box.channel.write_raw(boot_config(config, importlib.util.MAGIC_NUMBER.hex()))
@@ -472,9 +457,6 @@ class LocalBackend(Backend):
                 sandbox_id=sid,
                 reason="agent_start",
             )
-        if box.cgroup is not None:
-            for pid in await self._blocking(process_tree, box.pid):
-                box.cgroup.attach(pid)
         box.entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
         await self._blocking(self._registry.write, box.entry)
         self.limits = enforced
@@ -510,20 +492,10 @@ class LocalBackend(Backend):
             raise box.channel.dead_error()
         return box
 
-    @staticmethod
-    def _meta(request: ExecRequest) -> dict[str, Any]:
-        return {
-            "a": list(request.argv),
-            "c": request.cwd,
-            "e": dict(request.env),
-            "t": request.timeout_seconds,
-            "m": request.max_output_bytes,
-        }
-
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         box = self._running(sandbox_id)
         if box.channel is not None:
-            return await box.channel.exec(T_EXEC, self._meta(request), request.stdin or b"", on_output)
+            return await box.channel.exec(T_EXEC, request, None, on_output)
         return await self._plain_exec(box, request, on_output)
 
     async def run_python(
@@ -533,10 +505,7 @@ class LocalBackend(Backend):
         box = self._running(sandbox_id)
         if box.channel is None:
             return await super().run_python(sandbox_id, source, request, on_output)
-        meta = self._meta(request)
-        stdin = request.stdin or b""
-        meta["n"] = len(stdin)
-        return await box.channel.exec(T_PY, meta, stdin + source.encode("utf-8", "surrogateescape"), on_output)
+        return await box.channel.exec(T_PY, request, source, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
         box = self._running(sandbox_id)

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .agent import harden
+
 __all__ = [
     "DEFAULT_EXPOSE",
     "HOST_UID_RANGE",
@@ -206,6 +208,7 @@ def mount_plan(layout: Layout) -> list[list[Any]]:
             plan.append(["rw", layout.workspace_host, layout.working_dir])
         else:
             plan.append(["tmpfs", layout.working_dir, layout.workspace_bytes, 0o755, False])
+    plan.append(["tmpfs", harden.HOME, 4096, 0o555, True])  # HOME: read-only and empty
     return plan
 
 
@@ -222,14 +225,15 @@ def template_plan(layout: Layout, agent_dir: str, extra_dirs: Sequence[str] = ()
     Sandboxes with and without a network share one template, so a resolv.conf symlink's target is
     bound for all (it holds no secret); without a network it resolves nothing.
     """
-    per_sandbox = {"/tmp", layout.working_dir, "/dev/shm"}
+    per_sandbox = {"/tmp", layout.working_dir, "/dev/shm", harden.HOME}  # HOME: a bare directory instead
     plan = [
         step
         for step in mount_plan(replace(layout, network=True))
         if not (step[0] in ("tmpfs", "rw") and _target(step) in per_sandbox)
     ]
     plan.append(["ro", agent_dir, AGENT_MOUNT])
-    for path in (*TEMPLATE_DIRS, layout.working_dir, *extra_dirs):
+    # HOME is an empty directory of the template's root, read-only in every sandbox (its root is).
+    for path in (*TEMPLATE_DIRS, layout.working_dir, harden.HOME, *extra_dirs):
         plan.append(["dir", path])
     return plan
 
@@ -313,8 +317,12 @@ def bwrap_argv(
 
 
 def sandbox_env(working_dir: str) -> dict[str, str]:
-    """The fresh environment every sandbox starts from (SandboxDefaults.env is added on top)."""
-    return {"PATH": SANDBOX_PATH, "HOME": working_dir, "LANG": "C.UTF-8"}
+    """The fresh environment every sandbox starts from (SandboxDefaults.env is added on top).
+
+    ``HOME`` is a read-only empty directory and the Python user site is off
+    (``agent.harden.SANDBOX_ENV``): one exec cannot plant a ``.pth`` that runs in later ones.
+    """
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **harden.SANDBOX_ENV}
 
 
 def unshare_argv(unshare: str, network: bool, command: Sequence[str]) -> list[str]:

@@ -1,5 +1,24 @@
-"""Code that runs inside a local sandbox (stdlib only; imported there as ``cwsandbox_agent``).
+"""The sandbox agent: the program that runs inside every local sandbox (stdlib only).
 
-The driver binds this directory read-only at ``/run/cwsandbox/cwsandbox_agent`` in every sandbox
-(see ``_rootfs``). Modules here may import only the standard library and each other (relatively).
+Inside a sandbox this package is ``cwsandbox_agent``: the template-born sandboxes import it from
+the directory the driver binds read-only at ``/run/cwsandbox/cwsandbox_agent`` (see ``_rootfs``);
+an unisolated agent (``isolation="none"``) loads it from a bundle of compiled modules the driver
+sends (``_protocol.agent_bundle``). Modules here may import only the standard library and each
+other (relatively). On the driver side it is ``cwsandbox_async.backends.local.agent``, imported by
+the tests and for the protocol constants (``protocol``).
+
+Processes inside a sandbox (all the same user; the agent is PID 1)::
+
+    agent (server, scheduler)        reads every request; never forks after that
+     |- template (template)          forked before the first request; births workers
+     |- worker (worker) ...          clone(CLONE_PARENT) of the template: the agent's child
+     |   `- command (child)          posix_spawn of argv, or a fork that runs Python source
+
+Modules: ``main`` (entry points), ``server`` (the loop, frames, files),
+``scheduler`` (execs and workers), ``execs`` (their records), ``worker``,
+``child``, ``template``, ``proctree`` (process trees, CPU and run-queue wait),
+``oom`` (cgroup OOM counts), ``files``, ``harden`` and ``seccomp`` (birth-path
+hardening), ``nsroot`` (the old ``unshare`` fallback's file system), ``sysapi``
+(ctypes calls), ``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the
+template that births sandboxes (helper A's part).
 """

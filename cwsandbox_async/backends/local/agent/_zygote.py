@@ -31,13 +31,12 @@ import gc
 import importlib
 import json
 import os
-import select
 import signal
 import socket
 import struct
 import sys
 
-from . import _rootfs
+from . import _rootfs, harden
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,24 +108,9 @@ def _preload(config: dict[str, Any]) -> None:
             importlib.import_module(name)
         except ImportError:  # a module missing from this image is simply not preloaded
             continue
-    legacy = config.get("legacy_agent")
-    if legacy:
-        namespace: dict[str, Any] = {"__name__": "cwsandbox_legacy_agent"}
-        exec(compile(legacy, "<cwsandbox-agent>", "exec"), namespace)
-        namespace["write_all"] = _write_all
-        _agent.update(namespace)
+    from . import main, server  # the agent, imported once here: every newborn shares these pages
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``write_all`` for an fd that may be non-blocking (the agent's socket is both its fd 0 and fd 1)."""
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BlockingIOError:
-            select.select([], [fd], [])
-            continue
-        view = view[n:]
+    _agent.update(main=main, server=server)
 
 
 def _reap(signum: int, frame: FrameType | None) -> None:
@@ -208,20 +192,20 @@ def _enter(birth: dict[str, Any], fds: list[int]) -> None:
         os.close(fds[index])
     for path in birth.get("mkdirs") or ():
         os.makedirs(path, exist_ok=True)
+    # The IPC namespace first, while C is still uid 0 of the template's namespace: that namespace then
+    # owns it, so C may bound its SysV IPC (``harden.bound_sysv_ipc``) and the sandbox user, whose
+    # namespace is a child of it, may not change the bounds (the kernel checks the euid against the
+    # owning namespace's uid 0).
+    _rootfs.unshare(_rootfs.CLONE_NEWIPC)
+    harden.bound_sysv_ipc()
     uid, gid = int(birth["uid"]), int(birth["gid"])
     if birth.get("setgroups"):
         os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     _rootfs.prctl(_rootfs.PR_SET_DUMPABLE, 1)  # a credential change made /proc/self root's; the maps need it ours
-    flags = (
-        _rootfs.CLONE_NEWUSER
-        | _rootfs.CLONE_NEWNS
-        | _rootfs.CLONE_NEWUTS
-        | _rootfs.CLONE_NEWIPC
-        | _rootfs.CLONE_NEWPID
-        | _rootfs.CLONE_NEWCGROUP
-    )
+    flags = _rootfs.CLONE_NEWUSER | _rootfs.CLONE_NEWNS | _rootfs.CLONE_NEWUTS | _rootfs.CLONE_NEWPID
+    flags |= _rootfs.CLONE_NEWCGROUP
     if not birth.get("network"):
         flags |= _rootfs.CLONE_NEWNET
     _rootfs.unshare(flags)
@@ -249,6 +233,7 @@ def _settle(birth: dict[str, Any]) -> None:
         _loopback_up()
     _rootfs.remount_ro("/", recursive=False)
     _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
+    harden.readonly_proc_sys()  # last: no sysctl of the sandbox's namespaces can change from now on
 
 
 def _loopback_up() -> None:
@@ -272,36 +257,20 @@ def drop_privileges() -> None:
     _rootfs.prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def _legacy_workers_join(fds: list[int]) -> None:
-    """Until the agent package moves its workers itself: each worker joins the commands' cgroup."""
-    worker = _agent["Worker"]
-    setup = worker.setup
-
-    def joining_setup(self: Any, max_fd: int) -> None:
-        for fd in fds:
-            os.write(fd, b"0")
-        setup(self, max_fd)
-
-    worker.setup = joining_setup
-
-
 def _start_agent(chan: socket.socket, config: dict[str, Any]) -> NoReturn:
-    """Become the agent, in process (the template preloaded it)."""
-    code = 70
+    """Become the agent, in process (the template preloaded it): ``main.run`` on the channel.
+
+    The agent's own first steps are the unprivileged hardening (a fresh session keyring, then
+    the seccomp filter), before it reads any request; its in-sandbox template joins the commands'
+    cgroup through ``config["cgroup"]["cmd_procs"]`` (see ``agent.main``)."""
     try:
-        if _agent:
-            os.dup2(chan.fileno(), 0)
-            os.dup2(chan.fileno(), 1)
-            chan.close()
-            _legacy_workers_join(config["cgroup"].get("cmd_procs") or [])
-            _agent["Agent"](config["agent"]).serve()
-            code = 0
-    except BrokenPipeError:
-        code = 0
+        os.dup2(chan.fileno(), 0)
+        os.dup2(chan.fileno(), 1)
+        chan.close()
+        _agent["main"].run(config["agent"], 0, 1, cgroup=config["cgroup"])
     except BaseException:
         import traceback
 
         traceback.print_exc()
-    finally:
-        sys.stderr.flush()
-        os._exit(code)
+    sys.stderr.flush()
+    os._exit(70)

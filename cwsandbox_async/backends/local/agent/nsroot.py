@@ -1,11 +1,13 @@
-"""The sandbox file system for the ``unshare`` fallback (stdlib only; part of the agent program).
+"""The sandbox file system for the ``unshare`` fallback (stdlib only).
 
 Under bubblewrap, bwrap builds the sandbox's view. Under ``unshare --user
 --map-root-user --mount --pid --fork ...`` the agent starts as root of a fresh user
 namespace and builds the same view itself, from the same plan
 (``_bwrap.mount_plan``): a new tmpfs root holding read-only binds of the exposed
 host directories, minimal /dev, a private /proc, masks, and size-limited tmpfs
-for /tmp and the working directory. It then moves that root onto ``/``, chroots
+for /tmp and the working directory, a read-only empty HOME. As root of the user
+namespace that owns the sandbox's IPC namespace it bounds SysV IPC and makes the
+new root's ``/proc/sys`` read-only (``harden``). It then moves that root onto ``/``, chroots
 into it, makes it read-only, sets the hostname, enters a nested user namespace
 where it is uid/gid 1000 (mapped to the outer root, i.e. to the unprivileged host
 uid), sets NoNewPrivs and re-executes the agent, which drops every capability.
@@ -14,20 +16,15 @@ What this fallback does not do that bwrap does: block nested user namespaces and
 give the sandbox a private ``/dev/pts``.
 """
 
-# (try/except/pass instead of contextlib.suppress: the agent imports as little as it can)
-
-from __future__ import annotations  # removed from the sandbox copy: _protocol's, at the top, applies
+from __future__ import annotations
 
 import ctypes
 import json
 import os
 import sys
 
-try:  # in the package; inside the sandbox the source of these modules is prepended
-    from ._protocol import BOOTSTRAP, boot_payload
-    from ._worker import write_all
-except ImportError:  # pragma: no cover - running as the agent
-    pass
+from . import harden
+from .files import write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -151,6 +148,10 @@ def build_root(plan: list[list[Any]], hostname: str) -> None:
         elif kind == "proc":
             os.makedirs(dst, exist_ok=True)
             mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            # As root of the user namespace that owns the sandbox's IPC namespace: bound SysV IPC,
+            # then make /proc/sys read-only (the sandbox user maps to this namespace's owner).
+            harden.bound_sysv_ipc(proc=dst)
+            harden.readonly_proc_sys(proc=dst)
         elif kind == "null":
             mount("/dev/null", dst, None, MS_BIND)
             remount_ro(dst, recursive=False)
@@ -183,15 +184,22 @@ def become(uid: int, gid: int) -> None:
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
-def enter_unshared_root(config: dict[str, Any]) -> None:
-    """``unshare`` mode: build the file system, become the sandbox user, re-execute (drops capabilities)."""
+def enter_unshared_root(config: dict[str, Any], bundle: bytes | None) -> None:
+    """``unshare`` mode: build the file system, become the sandbox user, re-execute (drops capabilities).
+
+    The new interpreter runs the same bootstrap (from ``sys.orig_argv``) on the same
+    package ``bundle`` and the configuration without its mount plan, read from a memfd.
+    """
+    argv0 = list(getattr(sys, "orig_argv", []))
+    if bundle is None or "-c" not in argv0:
+        raise RuntimeError("the unshare fallback needs the agent started by the bootstrap")
+    bootstrap = argv0[argv0.index("-c") + 1]
     build_root(config["mounts"], str(config.get("sandbox_id") or "sandbox"))
     become(int(config["uid"]), int(config["gid"]))
-    rest = {k: v for k, v in config.items() if k != "mounts"}
-    source = globals()["__agent_source__"]
+    rest = json.dumps({k: v for k, v in config.items() if k != "mounts"}).encode()
     fd = os.memfd_create("cwsandbox-agent", 0)
-    write_all(fd, boot_payload(source, json.dumps(rest).encode()))
+    write_all(fd, len(bundle).to_bytes(4, "big") + len(rest).to_bytes(4, "big") + bundle + rest)
     os.lseek(fd, 0, os.SEEK_SET)
     os.chdir(str(config.get("cwd") or "/"))
-    argv = [sys.executable, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", str(rest.get("sandbox_id")), str(fd)]
+    argv = [sys.executable, "-I", "-c", bootstrap, "cwsandbox-agent", str(config.get("sandbox_id")), str(fd)]
     os.execv(sys.executable, argv)

@@ -1,4 +1,4 @@
-"""The agent's file operations (stdlib only; part of the agent program, see ``_agent``).
+"""The agent's file operations (stdlib only).
 
 Paths resolve inside the sandbox's own mount namespace, with the sandbox user's
 rights: ``..`` and symlinks can only lead to what the sandbox itself can see,
@@ -9,18 +9,10 @@ opening never blocks. Every failure is a ``FileOpError`` whose message
 names the path as the caller gave it.
 """
 
-# ruff: noqa: SIM105
-# (try/except/pass instead of contextlib.suppress: the agent imports as little as it can)
-
-from __future__ import annotations  # removed from the sandbox copy: _protocol's, at the top, applies
+from __future__ import annotations
 
 import os
 import stat
-
-try:  # in the package; inside the sandbox the source of these modules is prepended
-    from ._worker import write_all
-except ImportError:  # pragma: no cover - running as the agent
-    pass
 
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 #: O_NONBLOCK: a FIFO planted at the path must fail (ENXIO), not block the agent.
@@ -29,6 +21,14 @@ WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOC
 
 class FileOpError(Exception):
     """A file operation failed; the message is for the client."""
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to a blocking fd (``OSError`` as the kernel reports it)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 def map_path(path_map: list[tuple[str, str]], path: str) -> str:

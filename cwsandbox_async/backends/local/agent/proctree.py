@@ -1,0 +1,199 @@
+"""Process trees under ``/proc``: finding, killing and measuring a command's processes (stdlib only).
+
+``TreeSampler`` measures what a verdict needs about a running command:
+
+- **CPU time** of the whole tree: what the worker already reaped (its
+  ``RUSAGE_CHILDREN``, which includes everything those processes reaped) plus,
+  for every live or zombie process of the tree, its own and its reaped children's
+  time from ``/proc/PID/stat``. Clock-tick resolution (10 ms).
+- **Run-queue wait** (``cpu_wait``): from ``/proc/PID/task/TID/schedstat``, the
+  time each task of the tree spent runnable but not running, as last seen (a
+  task that exits between two samples loses at most one interval). Two
+  corrections keep a program from manufacturing "starvation":
+
+  * tasks that lowered their own priority (nice above the worker's, or a
+    ``SCHED_BATCH``/``SCHED_IDLE`` policy) are not counted: they asked to wait;
+  * the total is capped by the CPU capacity the tree left unused,
+    ``cpus * wall - cpu``: a program whose own busy children queue behind each
+    other while the tree keeps every CPU it may use busy was not starved by
+    anyone else, so it reports (close to) no wait; a program that merely sleeps
+    is not runnable, so it reports none either.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+SCHED_OTHER = 0
+
+
+def kill_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid``, through every one of its threads (empty when it is gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return kids
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (not ``root`` itself), parents before children."""
+    out: list[int] = []
+    todo = children_of(root)
+    seen = set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        out.append(pid)
+        todo.extend(children_of(pid))
+    return out
+
+
+def stat_fields(pid: int, tid: int | None = None) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None when gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def state(pid: int) -> str | None:
+    """One-letter process state (``R``, ``S``, ``T``, ``Z``, ...), or None when the process is gone."""
+    fields = stat_fields(pid)
+    return fields[0].decode() if fields else None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    st = state(pid)
+    return st is not None and st != "Z"
+
+
+def reap_descendants() -> list[int]:
+    """SIGKILL every child until none is left (orphans keep arriving to a subreaper); their wait statuses."""
+    me = os.getpid()
+    statuses: list[int] = []
+    while True:
+        for kid in children_of(me):
+            kill_quietly(kid, signal.SIGKILL)
+        try:
+            _, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return statuses
+        statuses.append(status)
+
+
+def rusage_children_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+class SandboxCpu:
+    """CPU time of everything in the sandbox so far, for ``sandbox_cpu_seconds``.
+
+    Read from the sandbox's cgroup, when the driver passed its usage file (``fd``:
+    v1 ``cpuacct.usage`` in ns, v2 ``cpu.stat``'s ``usage_usec``): one exact read.
+    Without it ``read`` is None: walking every process of the sandbox twice per exec
+    would cost a fifth of a short exec, and no figure is better than a wrong one
+    (the Sandbox layer then never calls a timeout starved).
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd = fd
+
+    def read(self) -> float | None:
+        if self.fd is None:
+            return None
+        try:
+            text = os.pread(self.fd, 4096, 0).decode("ascii", "replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        return int(text) / 1e9 if text.strip().isdigit() else None
+
+
+class TreeSampler:
+    """Samples the tree below ``root`` (the worker); see the module docstring."""
+
+    __slots__ = ("base", "cpus", "live_cpu", "nice", "reaped", "root", "sampled", "wait")
+
+    def __init__(self, root: int, cpus: float) -> None:
+        self.root = root
+        self.cpus = cpus
+        self.base = rusage_children_seconds()
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.wait: dict[int, int] = {}  # tid -> run-queue wait (ns) last seen
+        self.live_cpu = 0.0
+        self.reaped = 0.0
+        self.sampled = False
+
+    def sample(self) -> None:
+        """Read the tree's CPU time and every counted task's wait."""
+        self.sampled = True
+        self.reaped = rusage_children_seconds() - self.base
+        ticks = 0
+        for pid in descendants(self.root):
+            fields = stat_fields(pid)
+            if fields is None or len(fields) < 39:
+                continue
+            ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for name in tids:
+                tid = int(name)
+                tfields = fields if tid == pid else stat_fields(pid, tid)
+                if tfields is None or len(tfields) < 39:
+                    continue
+                if int(tfields[16]) > self.nice or int(tfields[38]) != SCHED_OTHER:
+                    self.wait.pop(tid, None)  # it asked to wait: none of its waiting counts
+                    continue
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                        self.wait[tid] = int(f.read().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        self.live_cpu = ticks / CLK_TCK
+
+    def cpu(self) -> float:
+        """CPU seconds of the tree at the last sample (reaped processes plus the live ones)."""
+        return self.reaped + self.live_cpu
+
+    def final_cpu(self) -> float:
+        """CPU seconds of the whole tree once every process of it was reaped (exact)."""
+        return rusage_children_seconds() - self.base
+
+    def cpu_wait(self, wall: float, cpu: float) -> float | None:
+        """Run-queue wait in seconds, capped by the capacity the tree left unused (module docstring);
+        None when the tree was never sampled (a command that ended within one sample interval)."""
+        if not self.sampled:
+            return None
+        waited = sum(self.wait.values()) / 1e9
+        return round(max(0.0, min(waited, self.cpus * wall - cpu)), 6)

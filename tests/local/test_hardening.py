@@ -1,0 +1,213 @@
+"""The hardening applied when a sandbox is born: seccomp, a fresh keyring, bounded SysV IPC, HOME.
+
+Each test attacks from inside a sandbox and asserts what the protection changes: without it,
+the attack would succeed (see SECURITY.md for which test stands for which protection).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import platform
+
+import pytest
+
+from cwsandbox_async.backends.local.agent import harden, seccomp
+
+from .conftest import local_session, requires_isolation
+
+pytestmark = requires_isolation
+
+MACHINE = platform.machine()
+COL = 0 if MACHINE == "x86_64" else 1
+SYSCALLS = {name: nrs[COL] for name, nrs in seccomp.DENIED.items() if nrs[COL] is not None}
+
+#: Calls whose zero-argument form would fail with EPERM anyway (no capability), get arguments that
+#: succeed without the filter: the probe then shows the filter, not the missing capability.
+PROBE = """
+import ctypes, errno, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+M = json.loads(sys.argv[1])
+def call(nr, *args):
+    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return 0 if rc >= 0 else ctypes.get_errno()
+out = {}
+for name, nr in M["denied"].items():
+    out[name] = call(nr, 0, 0, 0, 0, 0, 0)
+kid = os.fork()
+if kid == 0:
+    time.sleep(5)
+    os._exit(0)
+out["ptrace"] = call(M["denied"]["ptrace"], 0x4206, kid, 0, 0)  # PTRACE_SEIZE of our own child
+os.kill(kid, 9)
+os.waitpid(kid, 0)
+buf = ctypes.create_string_buffer(8)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+out["process_vm_readv"] = call(M["denied"]["process_vm_readv"], os.getpid(), ctypes.addressof(iov), 1,
+                               ctypes.addressof(iov), 1, 0)
+out["keyctl"] = call(M["denied"]["keyctl"], 0, -3, 0)  # KEYCTL_GET_KEYRING_ID of @s
+out["userfaultfd"] = call(M["denied"]["userfaultfd"], 1)  # UFFD_USER_MODE_ONLY: allowed unprivileged
+params = ctypes.create_string_buffer(120)
+out["io_uring_setup"] = call(M["denied"]["io_uring_setup"], 1, ctypes.addressof(params))
+for flag in ("NEWUSER", "NEWNS", "NEWNET", "NEWPID"):
+    out["unshare " + flag] = call(M["unshare"], M["flags"][flag])
+    out["clone " + flag] = call(M["clone"], M["flags"][flag] | 17, 0, 0, 0, 0)
+out["clone3"] = call(M["clone3"], 0, 0)
+out["personality 0x0040000"] = call(M["personality"], 0x0040000)  # READ_IMPLIES_EXEC
+import threading, subprocess
+t = threading.Thread(target=lambda: None)
+t.start(); t.join()
+out["thread"] = 0
+out["subprocess"] = subprocess.run(["true"]).returncode
+out["fork"] = 0 if os.waitpid(os.fork() or os._exit(0), 0) else 1
+with open("/proc/self/status") as f:
+    out["mode"] = [int(l.split()[1]) for l in f if l.startswith("Seccomp:")][0]
+print(json.dumps(out))
+"""
+FLAGS = {"NEWUSER": 0x10000000, "NEWNS": 0x20000, "NEWNET": 0x40000000, "NEWPID": 0x20000000}
+
+
+def probe_args() -> str:
+    return json.dumps(
+        {
+            "denied": SYSCALLS,
+            "unshare": seccomp.UNSHARE[COL],
+            "clone": seccomp.CLONE[COL],
+            "clone3": seccomp.CLONE3[COL],
+            "personality": seccomp.PERSONALITY[COL],
+            "flags": FLAGS,
+        }
+    )
+
+
+@pytest.mark.skipif(MACHINE not in seccomp.AUDIT_ARCH, reason=f"no seccomp filter for {MACHINE}")
+@pytest.mark.parametrize("how", ["exec", "run_python"])
+async def test_seccomp_denies_the_documented_calls_and_nothing_ordinary(tag: str, how: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        if how == "exec":
+            r = await sb.exec(["python3", "-I", "-c", PROBE, probe_args()], timeout_seconds=30)
+        else:
+            r = await sb.run_python("import sys\nsys.argv[1:] = [" + repr(probe_args()) + "]\n" + PROBE)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out.pop("mode") == 2
+        assert (out.pop("thread"), out.pop("subprocess"), out.pop("fork")) == (0, 0, 0)
+        assert out.pop("clone3") == errno.ENOSYS  # the C library then falls back to clone, checked by flags
+        wrong = {name: errno.errorcode.get(e, e) for name, e in out.items() if e != errno.EPERM}
+        assert not wrong, f"not denied with EPERM: {wrong}"
+
+
+@pytest.mark.skipif(MACHINE != "x86_64", reason="the i386 and x32 entries exist on x86_64 only")
+async def test_seccomp_kills_calls_through_another_abi(tag: str) -> None:
+    """The deny list is by x86_64 number: ``int 0x80`` (i386 numbers) and x32 would step around it."""
+    int80 = (
+        "import ctypes, mmap\n"
+        "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "m.write(b'\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3')  # mov eax, 20 (getpid); int 0x80; ret\n"
+        "f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+        "print('int 0x80 returned', f())\n"
+    )
+    x32 = "import ctypes\nprint('x32 returned', ctypes.CDLL(None).syscall(0x40000000 | 39))\n"
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        for source in (int80, x32):
+            r = await sb.exec(["python3", "-I", "-c", source], timeout_seconds=30)
+            assert r.returncode == -31, (r.returncode, r.stdout, r.stderr)  # SIGSYS
+            assert "returned" not in r.stdout
+
+
+def driver_session_keyring() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(250 if MACHINE == "x86_64" else 219, 0, -3, 1))  # KEYCTL_GET_KEYRING_ID, @s, create
+
+
+async def test_a_sandbox_cannot_reach_its_creators_session_keyring(tag: str) -> None:
+    mine = driver_session_keyring()
+    if mine < 0:
+        pytest.skip("this kernel has no session keyrings")
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec(["cat", "/proc/keys"])
+        serials = {int(line.split()[0], 16) for line in r.stdout.splitlines() if line.strip()}
+        assert mine not in serials, f"the driver's session keyring {mine:08x} is visible inside:\n{r.stdout}"
+        assert any("_ses" in line for line in r.stdout.splitlines())  # a session keyring of its own
+
+
+async def test_sysv_ipc_is_bounded_and_its_sysctls_are_read_only(tag: str) -> None:
+    names = " ".join(harden.IPC_LIMITS)
+    script = (
+        f"cd /proc/sys/kernel && for n in {names}; do printf '%s=' $n; tr '\\t' ' ' < $n; done; "
+        "(echo 0 > shm_rmid_forced) 2>/dev/null && echo writable-shm_rmid_forced; "
+        "(echo 1 > /proc/sys/kernel/msgmni) 2>/dev/null && echo writable-msgmni; true"
+    )
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec(["sh", "-c", script])
+        values = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+        assert values == {k: v.strip().replace("\t", " ") for k, v in harden.IPC_LIMITS.items()}, r.stdout
+        assert "writable" not in r.stdout
+        mounts = (await sb.exec(["cat", "/proc/self/mountinfo"])).stdout
+        assert any(
+            line.split()[4] == "/proc/sys" and "ro" in line.split()[5].split(",") for line in mounts.splitlines()
+        )
+
+
+PTH = "import os; os._exit(0)\n"
+
+
+async def test_home_is_read_only_and_empty_and_user_site_is_off(tag: str) -> None:
+    """One exec must not be able to make every later ``python3`` exit 0 (a ``.pth`` in the user site)."""
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec(
+            [
+                "sh",
+                "-c",
+                'echo "$HOME $PYTHONNOUSERSITE"; ls -A "$HOME" | wc -l; [ -d "$HOME" ] && [ ! -w "$HOME" ] && echo ro',
+            ]
+        )
+        home, nousersite, count, ro = r.stdout.split()
+        assert (home, nousersite, count, ro) == (harden.HOME, "1", "0", "ro")
+        site = await sb.exec(["python3", "-c", "import site; print(site.getusersitepackages())"])
+        r = await sb.exec(
+            ["sh", "-c", f"mkdir -p {site.stdout.strip()} && printf '{PTH}' > {site.stdout.strip()}/evil.pth"]
+        )
+        assert r.returncode != 0  # HOME is read-only
+        # Even with a writable HOME of its own choosing, later pythons ignore the user site:
+        await sb.exec(["sh", "-c", f"mkdir -p /tmp/h/{site.stdout.strip()[len(home) + 1 :]}"])
+        r = await sb.exec(["python3", "-c", "import site; print(site.ENABLE_USER_SITE)"], env={"HOME": "/tmp/h"})
+        assert r.stdout.strip() == "False"
+        assert (await sb.exec(["python3", "-c", "raise SystemExit(3)"])).returncode == 3
+
+
+async def test_hardening_is_reported_by_the_agent(tag: str) -> None:
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        hello = s.backend._boxes[sb.sandbox_id].channel.hello  # type: ignore[attr-defined]
+        want = "installed" if MACHINE in seccomp.AUDIT_ARCH else "none: no seccomp filter for " + MACHINE
+        assert hello["hardening"] == {"keyring": "fresh", "seccomp": want}
+
+
+def test_the_filter_program_is_well_formed() -> None:
+    """Every jump lands inside the program and it ends in a return, for both machines."""
+    for machine in seccomp.AUDIT_ARCH:
+        prog = seccomp.program(machine)
+        assert len(prog) < 4096  # the kernel's BPF_MAXINSNS
+        for i, (code, jt, jf, _) in enumerate(prog):
+            if code & 0x07 == 0x05:  # BPF_JMP
+                assert i + 1 + max(jt, jf) < len(prog)
+        assert prog[-1] == (0x06, 0, 0, seccomp.RET_ALLOW)
+    with pytest.raises(ValueError, match="no seccomp filter"):
+        seccomp.program("riscv64")
+
+
+def test_a_bad_setting_is_refused_at_boot() -> None:
+    from cwsandbox_async.backends.local.agent.settings import Settings
+
+    assert Settings({"backstop": 2}).backstop == 2.0
+    for bad in ({"nope": 1}, {"backstop": 0}, {"backstop": float("nan")}, {"ack_timeout": True}):
+        with pytest.raises(ValueError, match="setting"):
+            Settings(bad)

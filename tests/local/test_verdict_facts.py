@@ -1,0 +1,211 @@
+"""The facts the local agent reports for a verdict: OOM kills, CPU budget, run-queue wait, exclusive execs.
+
+Run against the backend directly (``ExecRequest`` carries ``cpu_seconds`` and ``exclusive``), so
+each assertion is about what the agent measured, not about how a layer above classifies it. Each
+test creates its sandboxes in its own body (not in a fixture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from cwsandbox_async import Resources
+from cwsandbox_async._types import ExecExit
+from cwsandbox_async.backends.local import LocalBackend
+from cwsandbox_async.testing.contract import make_request, make_spec
+
+from .conftest import requires_isolation
+
+pytestmark = requires_isolation
+
+
+class Box:
+    def __init__(self, backend: LocalBackend, sid: str) -> None:
+        self.backend, self.sid = backend, sid
+
+    async def sh(self, script: str, **options: Any) -> ExecExit:
+        return await self.run(["sh", "-c", script], **options)
+
+    async def run(self, argv: list[str], *, timeout: float = 30.0, **options: Any) -> ExecExit:  # noqa: ASYNC109
+        # (``timeout`` is the exec's own timeout, enforced by the agent, not a wait of this coroutine)
+        request = dataclasses.replace(make_request(*argv, timeout=timeout), **options)
+        return await self.backend.exec(self.sid, request)
+
+    async def py(self, source: str, *, timeout: float = 30.0, **options: Any) -> ExecExit:  # noqa: ASYNC109
+        request = dataclasses.replace(make_request("python3", timeout=timeout), **options)
+        return await self.backend.run_python(self.sid, source, request)
+
+
+async def new_box(backend: LocalBackend, tag: str, **overrides: Any) -> Box:
+    spec = make_spec(tag, **overrides)
+    await backend.create(spec)
+    return Box(backend, spec.sandbox_id)
+
+
+@contextlib.asynccontextmanager
+async def sandbox(backend: LocalBackend, tag: str, **overrides: Any) -> AsyncIterator[Box]:
+    """A sandbox created in the test's own task (see the module docstring), destroyed on exit."""
+    b = await new_box(backend, tag, **overrides)
+    try:
+        yield b
+    finally:
+        await backend.destroy(b.sid)
+
+
+BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
+
+
+# -- OOM ------------------------------------------------------------------------------------------
+async def test_an_oom_kill_is_reported_as_such(backend: LocalBackend, tag: str) -> None:
+    b = await new_box(backend, tag, resources=Resources(memory_mib=128))
+    if "memory" not in backend.limits:
+        pytest.skip("no memory cgroup here")
+    try:
+        r = await b.py("x = bytearray(1 << 31)")  # 2 GiB under 128 MiB
+        assert (r.returncode, r.oom_killed) == (-9, True), r
+        # A grandchild killed by the OOM killer while its parent survives: still this exec's OOM.
+        r = await b.py("import subprocess, sys\nr = subprocess.run([sys.executable, '-c', 'bytearray(1 << 31)'])\n"
+                       "print(r.returncode)")  # fmt: skip
+        assert (r.returncode, r.stdout, r.oom_killed) == (0, b"-9\n", True), r
+        # A SIGKILL that is not the OOM killer's is not an OOM kill.
+        r = await b.sh("kill -9 $$")
+        assert (r.returncode, r.oom_killed) == (-9, False)
+        r = await b.py("print('fine')")
+        assert (r.stdout, r.oom_killed) == (b"fine\n", False)
+    finally:
+        await backend.destroy(b.sid)
+
+
+# -- CPU budget -----------------------------------------------------------------------------------
+async def test_a_cpu_budget_ends_the_whole_tree(backend: LocalBackend, tag: str) -> None:
+    async with sandbox(backend, tag) as box:
+        await _test_a_cpu_budget_ends_the_whole_tree(box)
+
+
+async def _test_a_cpu_budget_ends_the_whole_tree(box: Box) -> None:
+    start = time.monotonic()
+    r = await box.py(BUSY.format(s=30), cpu_seconds=0.5, timeout=20)
+    assert r.cpu_exceeded and r.returncode == -9 and not r.timed_out
+    assert 0.5 <= r.cpu_seconds < 2.5 and time.monotonic() - start < 15
+    # Its children's CPU counts too, daemons that left the exec's process group included.
+    r = await box.sh(f"python3 -c '{BUSY.format(s=30)}' & setsid python3 -c '{BUSY.format(s=30)}' & wait",
+                     cpu_seconds=0.6, timeout=20)  # fmt: skip
+    assert r.cpu_exceeded and 0.6 <= r.cpu_seconds < 3.0, r
+    # Sleeping costs no CPU: a budget does not end it.
+    r = await box.sh("sleep 0.6; echo done", cpu_seconds=0.3)
+    assert (r.returncode, r.stdout, r.cpu_exceeded) == (0, b"done\n", False)
+
+
+# -- run-queue wait ---------------------------------------------------------------------------------
+async def test_a_program_that_sleeps_has_no_run_queue_wait(backend: LocalBackend, tag: str) -> None:
+    async with sandbox(backend, tag) as box:
+        await _test_a_program_that_sleeps_has_no_run_queue_wait(box)
+
+
+async def _test_a_program_that_sleeps_has_no_run_queue_wait(box: Box) -> None:
+    r = await box.sh("sleep 2", timeout=1)
+    assert r.timed_out
+    assert r.cpu_wait_seconds is not None and r.cpu_wait_seconds < 0.1, r
+
+
+async def test_busy_children_of_its_own_do_not_count_as_waiting_for_others(backend: LocalBackend, tag: str) -> None:
+    async with sandbox(backend, tag) as box:
+        await _test_busy_children_of_its_own_do_not_count_as_waiting_for_others(box)
+
+
+async def _test_busy_children_of_its_own_do_not_count_as_waiting_for_others(box: Box) -> None:
+    """Eight busy processes of one exec queue behind each other: the wait is capped by the CPU the
+    tree itself left unused (``cpus * wall - cpu``), so on a free machine it is about nothing."""
+    procs = " ".join(f"python3 -c '{BUSY.format(s=5)}' &" for _ in range(8))
+    r = await box.sh(procs + " wait", timeout=1.5)
+    assert r.timed_out and r.cpu_wait_seconds is not None
+    cpus = len(os.sched_getaffinity(0))
+    assert r.cpu_wait_seconds <= max(0.0, cpus * r.wall_seconds - r.cpu_seconds) + 0.05, r
+
+
+async def test_daemons_that_left_the_process_group_still_count(backend: LocalBackend, tag: str) -> None:
+    """The double-fork attack: busy daemons make the main process wait; their CPU is the program's."""
+    main = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1: pass\nprint(time.process_time())"
+    daemons = "for i in 1 2 3 4; do (setsid python3 -c '" + BUSY.format(s=5) + "' &) ; done; "
+    async with sandbox(backend, tag) as box:
+        r = await box.sh(daemons + f'python3 -c "{main}"', timeout=10)
+    own = float(r.stdout)
+    assert r.returncode == 0 and r.cpu_seconds > 1.5 * own, (own, r)
+
+
+async def test_a_program_starved_by_a_neighbour_shows_run_queue_wait(backend: LocalBackend, tag: str) -> None:
+    victim, hog = await new_box(backend, tag), await new_box(backend, tag)
+    try:
+        procs = " ".join(f"python3 -c '{BUSY.format(s=8)}' &" for _ in range(12))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hog.sh, procs + " wait")
+            await anyio.sleep(0.5)
+            r = await victim.py(BUSY.format(s=10), timeout=2)
+            tg.cancel_scope.cancel()
+        assert r.timed_out and r.cpu_wait_seconds is not None
+        assert r.cpu_wait_seconds > 0.25 * r.wall_seconds, r
+    finally:
+        await backend.destroy(victim.sid)
+        await backend.destroy(hog.sid)
+
+
+# -- exclusive ----------------------------------------------------------------------------------------
+async def test_an_exclusive_exec_runs_alone(backend: LocalBackend, tag: str) -> None:
+    async with sandbox(backend, tag) as box:
+        await _test_an_exclusive_exec_runs_alone(box)
+
+
+async def _test_an_exclusive_exec_runs_alone(box: Box) -> None:
+    results: dict[str, ExecExit] = {}
+
+    async def bystander() -> None:
+        results["bystander"] = await box.sh("echo started; sleep 20; echo survived")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bystander)
+        await box.sh("setsid sleep 3737 > /dev/null 2>&1 < /dev/null & sleep 0.3")  # gone with its exec anyway
+        await anyio.sleep(0.5)
+        exclusive = await box.py(
+            "import os\nme = {os.getpid(), os.getppid()}\n"
+            "for p in os.listdir('/proc'):\n"
+            "    if p.isdigit() and int(p) not in me:\n"
+            "        a = open(f'/proc/{p}/cmdline', 'rb').read()\n"
+            "        if b'cwsandbox-' not in a: print(a)\n",
+            exclusive=True,
+        )
+    assert exclusive.returncode == 0 and exclusive.stdout == b"", exclusive  # nothing else was running
+    by = results["bystander"]
+    assert by.returncode == -9 and b"survived" not in by.stdout and b"exclusive exec" in by.stderr
+    r = await box.sh("echo after")  # the sandbox serves on
+    assert r.stdout == b"after\n"
+
+
+async def test_requests_after_an_exclusive_exec_wait_for_it(backend: LocalBackend, tag: str) -> None:
+    async with sandbox(backend, tag) as box:
+        await _test_requests_after_an_exclusive_exec_wait_for_it(box)
+
+
+async def _test_requests_after_an_exclusive_exec_wait_for_it(box: Box) -> None:
+    order: list[str] = []
+
+    async def first() -> None:
+        await box.sh("sleep 0.5", exclusive=True)
+        order.append("exclusive")
+
+    async def second() -> None:
+        await anyio.sleep(0.1)
+        await box.sh("true")
+        order.append("after")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        tg.start_soon(second)
+    assert order == ["exclusive", "after"]
