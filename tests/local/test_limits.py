@@ -176,4 +176,4 @@ async def test_describe_reports_what_holds() -> None:
     assert info["isolation"] in ("bwrap", "unshare") and info["agent"] == "python"
     if os.geteuid() == 0:
         assert info["unprivileged_host_uid"] is True
-    assert set(info["cgroup_controllers"]) <= {"pids", "memory", "cpu"}
+    assert set(info["cgroup_controllers"]) <= {"pids", "memory", "cpu", "cpuacct"}
