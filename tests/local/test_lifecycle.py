@@ -239,7 +239,7 @@ async def test_no_isolation_only_by_name_and_with_a_warning(tag: str) -> None:
         r = await sb.exec(["cat", "hello.txt"])
         assert r.stdout == "hi"
         assert (await sb.run_python("print(7)")).stdout == "7\n"
-    assert LocalBackend().isolation in ("bwrap", "unshare")
+    assert LocalBackend().isolation == "unshare" and LocalBackend(agent="plain").isolation == "bwrap"
 
 
 @pytest.fixture

