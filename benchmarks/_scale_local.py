@@ -189,7 +189,9 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
     if watcher == "pidfd":
         watcher = use_pidfd_watcher()
     python3 = shutil.which("python3", path=SANDBOX_PATH) or "python3"
-    print(f"host baseline: {min(n, 200)} bare `{python3} -I -S` processes, {CREATE_LIMIT} started at a time", flush=True)
+    print(
+        f"host baseline: {min(n, 200)} bare `{python3} -I -S` processes, {CREATE_LIMIT} started at a time", flush=True
+    )
     host = await host_baseline(python3, min(n, 200))
     print(
         f"  {host['create_per_s']:.1f} started/s; PSS {host['memory']['pss_mib']:.2f} MiB, "

@@ -166,7 +166,7 @@ class LocalBackend(Backend):
         self._cgroups = CgroupManager(enabled=cgroups, parent=cgroup_parent, cpu_weight=cpu_weight)
         self._ids = HostIds(host_uid)
         self._blocking = Blocking()
-        self._births = Births(self._cgroups, self._registry, self._ids, self.options.exit_grace, self._blocking)
+        self._births = Births(self._cgroups, self._registry, self._ids, self._blocking)
         self._template: Template | None = None
         self._boxes: dict[str, Box] = {}
         self._destroyed: dict[str, None] = {}

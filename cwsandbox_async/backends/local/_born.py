@@ -10,10 +10,10 @@ A birth, in order (each step's failure leaves what ``stop`` can undo, recorded o
 3. the channel is connected and the agent's hello awaited; meanwhile one worker-thread call writes
    the host pid (``Box.pid``) and its start time into the entry.
 
-``stop``: ask the agent to exit, SIGKILL through the pidfd after ``exit_grace_seconds``, wait for
-the pidfd (the kernel has then killed everything in the sandbox's pid namespace), remove the
-cgroups and the registry entry in a worker thread. Nothing here opens a deadline of its own apart
-from that grace: the caller's scope bounds every wait.
+``stop``: SIGKILL through the pidfd (the sandbox's first process is PID 1 of its pid namespace, so
+the kernel kills everything else in it), wait for the pidfd, remove the cgroups and the registry
+entry in a worker thread. Nothing here opens a deadline of its own: the caller's scope bounds every
+wait.
 """
 
 from __future__ import annotations
@@ -41,14 +41,11 @@ __all__ = ["Births"]
 class Births:
     """Starts and stops the template-born sandboxes of one backend."""
 
-    def __init__(
-        self, cgroups: CgroupManager, registry: Registry, ids: HostIds, exit_grace_seconds: float, blocking: Blocking
-    ) -> None:
+    def __init__(self, cgroups: CgroupManager, registry: Registry, ids: HostIds, blocking: Blocking) -> None:
         self.blocking = blocking
         self.cgroups = cgroups
         self.registry = registry
         self.ids = ids
-        self.exit_grace_seconds = exit_grace_seconds
 
     def _prepare(self, box: Box, cgroup_limits: dict[str, Any]) -> dict[str, list[int]]:
         """Worker thread: the registry entry, then the cgroups and their fds (module docstring, step 1).
@@ -125,27 +122,42 @@ class Births:
             self.registry.write(box.entry)
 
     async def stop(self, box: Box) -> None:
-        """Stop ``box`` and release everything it holds (idempotent per box; bounded by the caller)."""
+        """Stop ``box`` and release everything it holds (idempotent per box; bounded by the caller).
+
+        The sandbox's first process is PID 1 of its pid namespace: SIGKILL through its pidfd makes the
+        kernel kill everything else in the sandbox, at once and without the agent's help, so there is
+        no graceful exit to wait for. Then its cgroups and registry entry go, in one worker-thread
+        call when the groups are empty at the first try (a leftover process is killed and waited for).
+        """
         link = box.link
         gone = False
         if link is not None:
-            ch = link.channel
-            ch.terminating = True
-            ch.send_exit()
-            with anyio.move_on_after(self.exit_grace_seconds):
-                await link.exited.wait()
+            link.channel.terminating = True
             link.kill()
             await link.exited.wait()
             link.close()
             gone = True
         elif box.newborn is not None:
             box.newborn.close()  # a newborn without a channel yet reads EOF and exits
-        if box.cgroup is not None:
-            await remove_cgroup(box.cgroup, self.blocking)
+        sid = box.spec.sandbox_id
+        cg = box.cgroup
+
+        def finish() -> bool:
+            if cg is not None:
+                cg.kill_all()
+                if not cg.try_remove():
+                    return False
+            self.registry.remove(sid)
+            return True
+
+        if not await self.blocking(finish):
+            assert cg is not None
+            await remove_cgroup(cg, self.blocking)
+            await self.blocking(self.registry.remove, sid)
+        if cg is not None:
             gone = True
         elif not gone and self.ids.ranged and box.host_uid is not None and self.ids.fixed is None:
             await self.blocking(kill_uid, box.host_uid)  # the uid is this sandbox's alone
             gone = True
-        await self.blocking(self.registry.remove, box.spec.sandbox_id)
         if gone:
             self.ids.release(box.slot)

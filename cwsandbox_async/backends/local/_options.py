@@ -33,7 +33,9 @@ class LocalOptions:
     these settings only decide when the backend escalates, never extend a caller's budget.
 
     - ``exit_grace_seconds`` (0.5): how long ``destroy`` lets the agent exit by itself (killing
-      its commands) before it SIGKILLs the sandbox.
+      its commands) before it SIGKILLs it, where the agent is not PID 1 of the sandbox
+      (``isolation="none"``); a template-born sandbox is SIGKILLed at once (the kernel then kills
+      everything in its pid namespace).
     - ``worker_idle_trim_seconds`` (5.0): seconds without an exec after which a sandbox's agent
       keeps only one idle worker.
     - ``plain_file_timeout_seconds`` (60.0): the timeout of the ``cat`` that reads or writes a
