@@ -48,6 +48,7 @@ DRIVER = textwrap.dedent(
             "pids": [backend._boxes[b.sandbox_id].pid for b in boxes],
             "cgroups": [p for b in boxes for p in (backend._boxes[b.sandbox_id].cgroup.paths
                         if backend._boxes[b.sandbox_id].cgroup else [])],
+            "template": backend._template.pid,
         }
         print(json.dumps(info), flush=True)
         await boxes[1].exec(["sleep", sys.argv[2]], timeout_seconds=3000)
@@ -71,6 +72,7 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
         proc.kill()
         await proc.wait()
     await anyio.sleep(2)
+    assert not pid_alive(info["template"], None), "the template outlived its driver"
     assert not any(pid_alive(pid, None) for pid in info["pids"])
     for sid in info["ids"]:
         assert host_processes_matching(sid.encode()) == []
@@ -258,3 +260,20 @@ async def test_the_template_outlives_the_thread_that_started_it(fixture_sandbox:
     r = await backend.exec(sid, make_request("echo", "hi"))
     assert r.returncode == 0 and r.stdout == b"hi\n"
     assert backend._template is not None and backend._template.alive
+
+
+async def test_a_dead_template_is_replaced_and_its_sandboxes_fail_cleanly(tag: str) -> None:
+    async with local_session(tag) as s:
+        old = await s.sandbox()
+        backend = s.backend
+        template = backend._template  # type: ignore[attr-defined]
+        assert template is not None and template.pid is not None
+        os.kill(template.pid, signal.SIGKILL)  # the outer process: the template and every sandbox die with it
+        await wait_until(lambda: not template.alive, 10)
+        with pytest.raises(cwa.SandboxNotRunningError) as info:
+            await old.exec(["true"])
+        assert info.value.infrastructure  # the machinery died: nothing the program did
+        new = await s.sandbox()  # a new template starts for it
+        assert (await new.exec(["echo", "born again"])).stdout == "born again\n"
+        assert backend._template is not template  # type: ignore[attr-defined]
+    assert await LocalBackend().list([tag]) == []
