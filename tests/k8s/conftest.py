@@ -30,10 +30,15 @@ def _bwrap_works() -> bool:
         with subprocess.Popen(probe, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as outer:
             try:
                 children = ""
-                for _ in range(200):
+                for _ in range(1000):  # 10 s: bwrap forks slowly on a loaded machine
                     children = Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().strip()
-                    if children or outer.poll() is not None:
+                    if outer.poll() is not None:
                         break
+                    if (
+                        children
+                        and Path(f"/proc/{children.split()[0]}/cmdline").read_bytes() == b"/bin/sleep\x0010\x00"
+                    ):
+                        break  # PID 1 is set up (namespaces, mounts) and runs its command
                     time.sleep(0.01)
                 if not children:
                     return False

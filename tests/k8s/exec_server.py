@@ -126,6 +126,8 @@ async def handle_exec(server: KubeTestServer, request: web.Request) -> web.Strea
         await ws.close()
         return ws
     proc = await container.exec(command, stdin=flag["stdin"])
+    sockets = server._exec_sockets.setdefault((ns, name), set())
+    sockets.add(ws)
     v5 = protocol == "v5.channel.k8s.io"
     attached = True
 
@@ -188,6 +190,7 @@ async def handle_exec(server: KubeTestServer, request: web.Request) -> web.Strea
         with contextlib.suppress(ConnectionResetError, RuntimeError):
             await ws.send_bytes(b"\x03" + json.dumps(status).encode())
     finally:
+        sockets.discard(ws)
         if proc.returncode is not None:
             container.execs.discard(proc)
         reader.cancel()

@@ -34,11 +34,17 @@ class PodLifecycle:
     def _bump(self, rt: PodRuntime, kind: str = "MODIFIED") -> None:
         raise NotImplementedError
 
-    async def evict(self, name: str, namespace: str = "default") -> None:
+    async def evict(
+        self,
+        name: str,
+        namespace: str = "default",
+        message: str = "The node was low on resource: memory. Threshold quantity: 100Mi.",
+    ) -> None:
+        """The kubelet evicts the pod (node pressure by default; pass the kubelet's message for others)."""
         await self._fail_pod(
             self.pods[(namespace, name)],
             reason="Evicted",
-            message="The node was low on resource: memory. Threshold quantity: 100Mi.",
+            message=message,
             container_reason="ContainerStatusUnknown",
             exit_code=137,
             disruption=True,

@@ -112,6 +112,7 @@ class KubeTestServer(PodLifecycle):
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
         self._tick_rv = self.rv
         self._watchers: list[_Watcher] = []
+        self._exec_sockets: dict[tuple[str, str], set[Any]] = {}
         self._bg: set[asyncio.Task[None]] = set()
         self._tmp = Path(tempfile.mkdtemp(prefix="k8s-test-server-"))
         self._web: web.AppRunner | None = None
@@ -203,6 +204,13 @@ class KubeTestServer(PodLifecycle):
         """Processes running in the pod's container besides its idle PID 1 (host pid, command line)."""
         rt = self.pods.get((namespace, name))
         return rt.container.processes() if rt is not None and rt.container is not None else []
+
+    def drop_exec_streams(self, name: str, namespace: str = "default") -> None:
+        """Break every open exec socket of a pod (a proxy or load balancer dropped them); commands run on."""
+        for ws in list(self._exec_sockets.get((namespace, name), ())):
+            transport = ws._req.transport if ws._req is not None else None
+            if transport is not None:
+                transport.abort()
 
     def expire_watches(self) -> None:
         """Compact history now and end every open watch with an ERROR 410 event (a watch cache reset)."""

@@ -19,6 +19,7 @@ import asyncio
 import json
 import random
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -61,8 +62,10 @@ class PodWatch:
         self._watch_timeout = watch_timeout
         self._on_change = on_change
         self.pods: dict[str, dict[str, Any]] = {}
+        self._gone: dict[str, None] = {}  # names seen deleted (insertion-ordered, bounded)
         self._signals: dict[str, anyio.Event] = {}
         self._task: asyncio.Task[None] | None = None
+        self._scope = anyio.CancelScope()
         self.healthy = False
         self.relists = 0
         self.watches = 0
@@ -70,21 +73,20 @@ class PodWatch:
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
-        """Start the watch task once (idempotent)."""
+        """Start the watch task once (idempotent). It runs in its own cancel scope until ``aclose``."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="cwsandbox-k8s-watch")
+            self._task = asyncio.get_running_loop().create_task(self._run_scoped(), name="cwsandbox-k8s-watch")
+
+    async def _run_scoped(self) -> None:
+        with self._scope:
+            await self._run()
 
     async def aclose(self) -> None:
+        """Stop the watch and wait for its task to end (the caller bounds the wait)."""
         task, self._task = self._task, None
+        self._scope.cancel()
         if task is not None:
-            task.cancel()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                except Exception as exc:
-                    log.warning("k8s watch ended with an error", error=repr(exc))
+            await asyncio.wait({task})
         self.healthy = False
 
     # -- state -----------------------------------------------------------------
@@ -93,7 +95,10 @@ class PodWatch:
         if not fresh and name in self.pods:
             return
         if pod is None:
-            self.pods.pop(name, None)
+            if self.pods.pop(name, None) is not None:
+                self._gone[name] = None
+                while len(self._gone) > 10_000:
+                    del self._gone[next(iter(self._gone))]
         else:
             self.pods[name] = pod
         ev = self._signals.pop(name, None)
@@ -146,6 +151,18 @@ class PodWatch:
                 await self.refresh(name)
                 quiet_since = time.monotonic()
 
+    async def wait_dead(self, name: str) -> PodView:
+        """Return once the watch has seen ``name`` dead (failed, terminating or deleted). Waits forever
+        otherwise: the caller bounds it."""
+        while True:
+            ev = self._signals.setdefault(name, anyio.Event())
+            current = self.view(name)
+            if current is not None and current.dead:
+                return current
+            if current is None and name in self._gone:
+                return view(name, None)
+            await ev.wait()
+
     async def refresh(self, name: str) -> PodView:
         """GET one pod and record it (the safety net and the error path use this)."""
         try:
@@ -177,9 +194,9 @@ class PodWatch:
                 delay = min(MAX_BACKOFF, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
                 log.info("k8s watch failed; retrying", error=repr(exc), delay=round(delay, 2))
                 await anyio.sleep(delay)
-            except Exception as exc:  # never let the shared watch die silently
+            except Exception:  # a bug: shown at ERROR, and the shared watch restarts rather than die silently
                 self.healthy = False
-                log.warning("k8s watch crashed; restarting", error=repr(exc))
+                log.error("k8s watch crashed (a bug); restarting", error=traceback.format_exc())
                 await anyio.sleep(MAX_BACKOFF)
 
     async def _relist(self) -> str:
