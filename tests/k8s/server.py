@@ -98,6 +98,7 @@ class KubeTestServer(PodLifecycle):
         assert on_container_death in ("status", "hang", "close")
         self.on_container_death = on_container_death
         self.compaction_interval = compaction_interval
+        self.watch_lag = 0.0
         self.pods: dict[tuple[str, str], PodRuntime] = {}
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
@@ -460,6 +461,8 @@ class KubeTestServer(PodLifecycle):
                     continue
                 if event is None:
                     break
+                if self.watch_lag:
+                    await asyncio.sleep(self.watch_lag)  # a slow watch: events arrive after later writes
                 await resp.write(json.dumps(event).encode() + b"\n")
         except (ConnectionResetError, RuntimeError):
             pass

@@ -103,6 +103,7 @@ class KubernetesBackend(Backend):
         self._namespace: str | None = None
         self._lock: anyio.Lock | None = None
         self._destroyed: OrderedDict[str, None] = OrderedDict()
+        self._reaped: dict[str, None] = {}  # late pods whose reaping DELETE went through
         self._cpu_seconds: dict[str, int | None] = {}
         self._cleanup: Cleanup | None = None
         self._runner: PodRunner | None = None
@@ -169,11 +170,15 @@ class KubernetesBackend(Backend):
         """Reap a pod that appears after we destroyed it (a create that raced its own cancellation)."""
         if pod is None or name not in self._destroyed or (pod.get("metadata") or {}).get("deletionTimestamp"):
             return
-        if self._cleanup is None or self._cleanup.pending(f"reap:{name}"):
-            return  # one reap per pod at a time: a MODIFIED event while the DELETE is in flight adds none
+        if self._cleanup is None or self._cleanup.pending(f"reap:{name}") or name in self._reaped:
+            # one DELETE per pod: events sent before it took effect (they may arrive after it) add none
+            return
 
         async def reap() -> None:
             await self._delete(name)
+            self._reaped[name] = None
+            while len(self._reaped) > MAX_REMEMBERED:
+                del self._reaped[next(iter(self._reaped))]
             log.info("k8s reaped a pod created after its sandbox was destroyed", sandbox_id=name)
 
         self._cleanup.spawn(f"reap:{name}", "reap", reap, within=self.options.kill_timeout_seconds)

@@ -151,6 +151,10 @@ class PodWatch:
                 await self.refresh(name)
                 quiet_since = time.monotonic()
 
+    def seen_deleted(self, name: str) -> bool:
+        """Whether the watch has seen ``name`` deleted (recent names only)."""
+        return name in self._gone
+
     async def wait_dead(self, name: str) -> PodView:
         """Return once the watch has seen ``name`` dead (failed, terminating or deleted). Waits forever
         otherwise: the caller bounds it."""
@@ -159,7 +163,7 @@ class PodWatch:
             current = self.view(name)
             if current is not None and current.dead:
                 return current
-            if current is None and name in self._gone:
+            if current is None and self.seen_deleted(name):
                 return view(name, None)
             await ev.wait()
 
