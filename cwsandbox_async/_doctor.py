@@ -410,13 +410,13 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 async def kubernetes_checks(section: Section, options: dict[str, Any], explicit: bool) -> None:
     """Config found? API server reachable? Pods listable in the namespace?"""
     from .backends.kubernetes import KubernetesBackend
-    from .backends.kubernetes._config import load_config
+    from .backends.kubernetes._connect import connect
     from .backends.kubernetes._options import KubernetesOptions
 
     unreachable = FAIL if explicit else WARN
     try:
         opts = KubernetesOptions.from_kwargs(options)
-        cfg = await anyio.to_thread.run_sync(load_config, opts)
+        cfg = await connect(opts)
     except SandboxError as exc:
         section.add("config", FAIL if explicit else SKIP, str(exc), "load kubeconfig / in-cluster config")
         return

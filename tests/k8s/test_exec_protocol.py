@@ -14,7 +14,7 @@ from cwsandbox_async.backends.kubernetes import KubernetesBackend
 from cwsandbox_async.backends.kubernetes._exec import ExecStatusError, exit_code
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import TEST_IMAGE, needs_bwrap, wait_for
+from .conftest import TEST_IMAGE, needs_bwrap
 from .server import KubeTestServer
 
 pytestmark = needs_bwrap

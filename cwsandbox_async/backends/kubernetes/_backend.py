@@ -25,11 +25,10 @@ from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
 from ..._validate import validate_tags, validate_timeout
 from ..base import Backend, OutputCallback
-from ._auth import parse_rfc3339
 from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
-from ._config import load_config
-from ._inventory import list_pods, pods_path, sandbox_info
+from ._connect import connect
+from ._inventory import list_pods, parse_rfc3339, pods_path, sandbox_info
 from ._manifest import (
     DRIVER_LABEL,
     MANAGED_BY,
@@ -138,12 +137,12 @@ class KubernetesBackend(Backend):
                 self._lock = anyio.Lock()
             async with self._lock:
                 if self._client is None:
-                    cfg = await anyio.to_thread.run_sync(load_config, self.options)
-                    self._namespace = cfg.namespace
+                    conn = await connect(self.options)
+                    self._namespace = conn.namespace
                     self._cleanup = Cleanup()
                     self._runner = PodRunner(self.options, self._ensure, self, self._cleanup)
-                    self._client = KubeClient(cfg, self.options)
-                    log.debug("k8s backend configured", source=cfg.source, namespace=cfg.namespace)
+                    self._client = KubeClient(conn, self.options)
+                    log.debug("k8s backend configured", source=conn.source, namespace=conn.namespace)
         assert self._namespace is not None
         return self._client, self._namespace
 

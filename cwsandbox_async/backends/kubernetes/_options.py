@@ -48,6 +48,7 @@ def _opt_str(name: str, value: object) -> None:
 #:   say why (``OOMKilled`` is the program's fault; an eviction is not).
 #: - ``default_lifetime_seconds``: ``activeDeadlineSeconds`` of a pod whose sandbox has no
 #:   ``max_lifetime_seconds``: every pod ends by itself, even if its driver is SIGKILLed.
+#: - ``credential_timeout_seconds``: one run of a kubeconfig credential (exec) plugin.
 #: - ``unschedulable_grace_seconds``: how long an Unschedulable pod may wait for capacity (0: fail at once).
 TIMEOUT_DEFAULTS: dict[str, float] = {
     "request_timeout_seconds": 30.0,
@@ -60,6 +61,7 @@ TIMEOUT_DEFAULTS: dict[str, float] = {
     "death_grace_seconds": 1.0,
     "death_settle_seconds": 10.0,
     "default_lifetime_seconds": 6 * 3600.0,
+    "credential_timeout_seconds": 60.0,
 }
 
 
@@ -118,6 +120,7 @@ class KubernetesOptions:
     death_grace_seconds: float = TIMEOUT_DEFAULTS["death_grace_seconds"]
     death_settle_seconds: float = TIMEOUT_DEFAULTS["death_settle_seconds"]
     default_lifetime_seconds: float = TIMEOUT_DEFAULTS["default_lifetime_seconds"]
+    credential_timeout_seconds: float = TIMEOUT_DEFAULTS["credential_timeout_seconds"]
     sweep_on_close: bool = True
 
     def __post_init__(self) -> None:
