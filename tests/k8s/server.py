@@ -247,8 +247,12 @@ class KubeTestServer(PodLifecycle):
 
     async def _compact_forever(self) -> None:
         """etcd compacts on a timer: resourceVersions older than the last tick are gone."""
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(self.compaction_interval)
+            await asyncio.sleep(min(self.compaction_interval, 0.05))  # a changed interval applies at once
+            if time.monotonic() - last < self.compaction_interval:
+                continue
+            last = time.monotonic()
             self.compacted_rv = max(self.compacted_rv, self._tick_rv)
             self._tick_rv = self.rv
             self._history = [h for h in self._history if h[0] > self.compacted_rv]
