@@ -42,6 +42,7 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,9 +175,9 @@ class KubeTestServer(PodLifecycle):
         self.faults.append(fault)
         return fault
 
-    def take_fault(self, method: str, path: str, *kinds: str) -> Fault | None:
+    def take_fault(self, method: str, path: str, *kinds: str, query: str = "") -> Fault | None:
         for fault in self.faults:
-            if fault.matches(method, path, kinds):
+            if fault.matches(method, path, kinds, query):
                 fault.times -= 1
                 fault.hits += 1
                 return fault
@@ -315,7 +316,8 @@ class KubeTestServer(PodLifecycle):
             auth = request.headers.get("Authorization", "")
             if not auth.startswith("Bearer ") or auth[7:] not in self.tokens:
                 return status_response(401, "Unauthorized", "Unauthorized")
-        if (f := self.take_fault(request.method, request.path, "delay")) is not None:
+        query = urllib.parse.unquote_plus(request.query_string)
+        if (f := self.take_fault(request.method, request.path, "delay", query=query)) is not None:
             await asyncio.sleep(f.seconds)
         kinds = ("status", "drop", "watch_410", "drop_after") if watch else ("status", "drop", "drop_after")
         if (f := self.take_fault(request.method, request.path, *kinds)) is not None:

@@ -74,14 +74,16 @@ class Fault:
     seconds: float = 0.0
     times: int = 1
     status_json: dict[str, Any] | None = None
+    query: str | None = None  # a regex the (decoded) query string must match, e.g. an exec's command
     hits: int = 0
 
-    def matches(self, method: str, path: str, kinds: tuple[str, ...]) -> bool:
+    def matches(self, method: str, path: str, kinds: tuple[str, ...], query: str = "") -> bool:
         return (
             self.times > 0
             and self.kind in kinds
             and (self.method is None or self.method == method)
             and (self.path is None or re.search(self.path, path) is not None)
+            and (self.query is None or re.search(self.query, query) is not None)
         )
 
 

@@ -72,6 +72,7 @@ async def test_a_cancelled_exec_is_killed_before_the_next_one_starts(
     k8s_server: KubeTestServer, pod: tuple[KubernetesBackend, str]
 ) -> None:
     backend, sid = pod
+    k8s_server.add_fault("delay", method="GET", path="/exec$", query="cwsandbox-kill", seconds=1.0)  # a slow kill
     with anyio.move_on_after(0.5) as scope:
         await backend.exec(sid, make_request("/bin/sh", "-c", "sleep 61 & sleep 62"))
     assert scope.cancelled_caught

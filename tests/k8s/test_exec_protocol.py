@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+import cwsandbox_async as cwa
 from cwsandbox_async import SandboxNotRunningError, SandboxValidationError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 from cwsandbox_async.backends.kubernetes._exec import ExecStatusError, exit_code
@@ -157,3 +159,54 @@ def test_exit_code_from_status() -> None:
     ):
         with pytest.raises(ExecStatusError):
             exit_code(bad)
+
+
+async def raw_exec(server: KubeTestServer, pod: str, protocols: tuple[str, ...], command: str) -> list[Any]:
+    """An exec with a bare aiohttp socket: the frames as the server sends them."""
+    import aiohttp
+
+    url = f"{server.url}/api/v1/namespaces/default/pods/{pod}/exec"
+    params = [("command", "/bin/sh"), ("command", "-c"), ("command", command), ("stdin", "true"), ("stdout", "true")]
+    frames: list[Any] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, params=params, protocols=protocols) as ws:
+        await ws.send_str("\x00from a text frame")  # the Go server reads TEXT frames like BINARY ones
+        await ws.send_bytes(b"\xff\x00")
+        with anyio.fail_after(20):
+            async for msg in ws:
+                frames.append(msg.data)
+    return frames
+
+
+async def test_text_stdin_frames_are_read_like_binary_ones(
+    server: KubeTestServer, sandbox: tuple[KubernetesBackend, str]
+) -> None:
+    if server.protocols[0].startswith("v4"):
+        pytest.skip("v4 cannot end stdin: the command would not see EOF")
+    frames = await raw_exec(server, sandbox[1], ("v5.channel.k8s.io",), "cat")
+    assert b"\x01from a text frame" in frames and frames[-1].startswith(b"\x03")
+
+
+async def test_a_container_that_is_not_running_fails_after_the_upgrade(server: KubeTestServer) -> None:
+    backend = KubernetesBackend(server=server.url, image="registry.test/fault-stuck")
+    spec = make_spec("stuck", create_timeout_seconds=1)
+    try:
+        with pytest.raises(cwa.SandboxTimeoutError):
+            await backend.create(spec)
+        frames = await raw_exec(server, spec.sandbox_id, server.protocols, "true")
+        status = json.loads(frames[-1][1:])
+        assert frames[0] == b"\x01" and frames[-1][:1] == b"\x03"  # upgraded, then told on the status channel
+        assert (status["reason"], status["code"]) == ("InternalError", 500)
+        assert 'container not found ("main")' in status["message"]
+    finally:
+        await backend.destroy(spec.sandbox_id)
+        await backend.aclose()
+
+
+async def test_an_unsupported_subprotocol_is_refused(
+    server: KubeTestServer, sandbox: tuple[KubernetesBackend, str]
+) -> None:
+    import aiohttp
+
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await raw_exec(server, sandbox[1], ("channel.k8s.io",), "true")
+    assert info.value.status == 403
