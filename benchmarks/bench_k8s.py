@@ -169,24 +169,27 @@ async def exec_rtt(url: str, samples: int) -> dict[str, Any]:
 
 
 async def bare_spawn(samples: int) -> dict[str, float]:
-    """Baseline: the bubblewrap sandbox the test server starts per exec, spawned directly."""
+    """Baseline: entering the test server's pod container directly (what it does per exec), no API, no wrapper."""
     import tempfile
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from k8s.exec_server import ExecRunner
-    from k8s.server import PodRuntime
+    from k8s.container import Container
 
     with tempfile.TemporaryDirectory() as tmp:
         pod = build_pod(make_spec("bare"), KubernetesBackend(image=IMAGE).options, namespace="default", driver="x")
-        rt = PodRuntime(obj=pod, root=Path(tmp))
-        argv, env, cwd = ExecRunner().argv(rt, ["true"])
+        container = Container(pod, Path(tmp))
+        await container.start()
         times = []
-        for i in range(samples + 5):
-            start = time.perf_counter()
-            proc = await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd)
-            await proc.wait()
-            if i >= 5:
-                times.append(time.perf_counter() - start)
+        try:
+            for i in range(samples + 5):
+                start = time.perf_counter()
+                proc = await container.exec(["true"], stdin=False)
+                await proc.wait()
+                container.execs.discard(proc)
+                if i >= 5:
+                    times.append(time.perf_counter() - start)
+        finally:
+            await container.stop()
     return summary(times)
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from cwsandbox_async import SandboxTransportError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
-from cwsandbox_async.backends.kubernetes._exec import stream_exec
+from cwsandbox_async.backends.kubernetes._exec import exit_code, stream_exec
+from cwsandbox_async.backends.kubernetes._inpod import in_session
 from cwsandbox_async.testing.contract import make_request, make_spec
 
 from .conftest import TEST_IMAGE, needs_bwrap, wait_for
@@ -136,3 +137,28 @@ def dataclasses_replace(request: Any, **kw: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(request, **kw)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "how"),
+    [
+        ((), "as the runtime starts it"),
+        (("setsid", "-w"), "as a process group leader: setsid would fork, so it runs from a background job"),
+        (("env", "PATH=/nowhere"), "without setsid: the script runs in the exec's own process"),
+    ],
+)
+async def test_the_session_wrapper_announces_the_session_and_passes_everything_through(
+    pod: tuple[KubernetesBackend, str], prefix: tuple[str, ...], how: str
+) -> None:
+    backend, sid = pod
+    assert backend.client is not None
+    script = 'read -r line; echo "$1:$line"; read -r s < /proc/$$/stat; set -- ${s##*) }; echo "sid=$4" >&2; exit 7'
+    res = await stream_exec(
+        backend.client, "default", sid, [*prefix, *in_session(script, "arg")], container="main",
+        stdin=b"from stdin\n", deadline_seconds=30, connect_timeout=5, drain_seconds=1, on_abandon=lambda ab: None,
+    )  # fmt: skip
+    assert res.stdout == b"arg:from stdin\n", how
+    assert res.status is not None and exit_code(res.status) == 7
+    assert res.session is not None
+    if prefix[:1] != ("env",):  # with setsid the command leads the session it announced
+        assert res.stderr == f"sid={res.session}\n".encode(), how

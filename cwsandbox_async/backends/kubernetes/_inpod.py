@@ -46,16 +46,15 @@ _REAP = (
     "done; return 1; }; "
 )
 
-#: Prefix: run "$@" as a session leader whose id is the first line of stderr. ``setsid`` forks
-#: when its caller leads a process group, so then it runs from a background job (not a leader).
+#: Prefix: run the script "$1" (its arguments: the rest) as a session leader whose id is the first
+#: line of stderr. ``setsid`` forks when its caller leads a process group, so then it runs from a
+#: background job (not a leader). Without ``setsid`` the script runs here, announcing this pid.
 SESSION = (
-    'command -v setsid >/dev/null 2>&1 || { printf "%s\\n" "$$" >&2; exec "$@"; }; '
+    'c=$1; shift; h=\'printf "%s\\n" "$$" >&2; \'; '
+    'command -v setsid >/dev/null 2>&1 || { eval "$h"; eval "$c"; exit; }; '
     'lead() { set -- $1; [ "$3" = "$$" ]; }; '
-    'read -r s < /proc/$$/stat && lead "${s##*) }" || '
-    'exec setsid /bin/sh -c \'printf "%s\\n" "$$" >&2; exec "$@"\' cwsandbox "$@"; '
-    "exec 3<&0; "
-    'setsid /bin/sh -c \'printf "%s\\n" "$$" >&2; exec "$@"\' cwsandbox "$@" <&3 3<&- & '
-    "wait $!"
+    'read -r s < /proc/$$/stat && lead "${s##*) }" || exec setsid /bin/sh -c "$h$c" cwsandbox "$@"; '
+    'exec 3<&0; setsid /bin/sh -c "$h$c" cwsandbox "$@" <&3 3<&- & wait $!'
 )
 
 #: Arguments: cwd, env count, timeout, kill grace, cpu seconds (0: none), stdin bytes, exclusive
@@ -78,9 +77,10 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
-def in_session(argv: Sequence[str]) -> list[str]:
-    """``argv`` run as the leader of a new session that announces its id (see ``SessionHeader``)."""
-    return ["/bin/sh", "-c", SESSION, "cwsandbox", *argv]
+def in_session(script: str, *args: str) -> list[str]:
+    """The shell ``script`` (with ``args`` as "$@") run as the leader of a new session that announces its
+    id (see ``SessionHeader``)."""
+    return ["/bin/sh", "-c", SESSION, "cwsandbox", script, *args]
 
 
 def exec_argv(
@@ -97,7 +97,7 @@ def exec_argv(
     """The argv that runs a user's command under ``EXEC``, in a session of its own."""
     pairs = [f"{k}={v}" for k, v in env.items()]
     head = [cwd, str(len(pairs)), _seconds(timeout), _seconds(kill_grace), str(cpu_seconds or 0), str(stdin_len)]
-    return in_session(["/bin/sh", "-c", EXEC, "cwsandbox", *head, "1" if exclusive else "0", *pairs, *argv])
+    return in_session(EXEC, *head, "1" if exclusive else "0", *pairs, *argv)
 
 
 def kill_argv(session: int) -> list[str]:

@@ -43,7 +43,7 @@ from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
 from ._exec import Abandoned, ExecStatusError, StreamResult, close_socket, exit_code, read_header, stream_exec
 from ._files import read_argv, read_result, write_argv, write_result
-from ._inpod import exec_argv, in_session, kill_argv
+from ._inpod import exec_argv, kill_argv
 from ._options import KubernetesOptions
 from ._podstate import MAIN_CONTAINER, PodView
 
@@ -293,7 +293,7 @@ class PodRunner:
         await self.cleanup.settle(sandbox_id)
         res = await self.stream(
             sandbox_id,
-            in_session(read_argv(path, max_bytes)),
+            read_argv(path, max_bytes),
             stdin=None,
             deadline_seconds=self.o.file_timeout_seconds,
             max_stdout=max_bytes + 1,
@@ -306,7 +306,7 @@ class PodRunner:
         await self.cleanup.settle(sandbox_id)
         res = await self.stream(
             sandbox_id,
-            in_session(write_argv(path, len(data))),
+            write_argv(path, len(data)),
             stdin=data,
             deadline_seconds=self.o.file_timeout_seconds,
             max_stdout=1024,
