@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import math
 import time
 import uuid
 from collections import OrderedDict
@@ -17,7 +16,6 @@ from ..._errors import (
     SandboxBackendUnavailableError,
     SandboxCreationError,
     SandboxError,
-    SandboxNotRunningError,
     SandboxTerminatedError,
     SandboxValidationError,
 )
@@ -28,7 +26,8 @@ from ..base import Backend, OutputCallback
 from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
 from ._connect import connect
-from ._inventory import list_pods, parse_rfc3339, pods_path, sandbox_info
+from ._inventory import list_pods, pods_path, sandbox_info
+from ._lifetime import set_lifetime
 from ._manifest import (
     DRIVER_LABEL,
     MANAGED_BY,
@@ -352,11 +351,8 @@ class KubernetesBackend(Backend):
         return names
 
     async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:
-        """Make the pod's hard TTL end ``seconds`` from now (PATCH ``activeDeadlineSeconds``; a pooled pod's TTL
-        starts at lease). ``None`` keeps the deadline the pod has (every pod has one, see
-        ``default_lifetime_seconds``). Kubernetes only lets a deadline shrink: a later end raises
-        ``SandboxValidationError`` and the pod keeps its earlier one; a pod that is gone raises
-        ``SandboxNotRunningError``."""
+        """Make the pod's hard TTL end ``seconds`` from now (a pooled pod's TTL starts at lease); ``None``
+        keeps the deadline it has. See ``_lifetime.set_lifetime`` for what Kubernetes allows."""
         if seconds is None:
             return
         validate_timeout(seconds, "seconds")
@@ -365,40 +361,7 @@ class KubernetesBackend(Backend):
                 f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id, infrastructure=False
             )
         client, ns = await self._ensure()
-        try:
-            pod = await client.request("GET", self._pod_path(ns, sandbox_id), what=f"get pod {sandbox_id}")
-        except KubeApiError as exc:
-            if exc.status == 404:
-                raise SandboxNotRunningError(f"pod {sandbox_id} no longer exists", sandbox_id=sandbox_id) from exc
-            raise
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            raise SandboxNotRunningError(f"pod {sandbox_id} is being deleted", sandbox_id=sandbox_id)
-        started = (pod.get("status") or {}).get("startTime")
-        elapsed = time.time() - parse_rfc3339(started) if started else 0.0
-        want = max(1, math.ceil(elapsed + seconds))
-        current = (pod.get("spec") or {}).get("activeDeadlineSeconds")
-        if isinstance(current, int) and want > current:
-            raise SandboxValidationError(
-                f"cannot extend the lifetime of {sandbox_id}: it ends in {max(0.0, current - elapsed):.0f} s "
-                "and Kubernetes only lets activeDeadlineSeconds shrink",
-                sandbox_id=sandbox_id,
-            )
-        try:
-            await client.request(
-                "PATCH",
-                self._pod_path(ns, sandbox_id),
-                body={"spec": {"activeDeadlineSeconds": want}},
-                content_type="application/merge-patch+json",
-                what=f"set lifetime of {sandbox_id}",
-            )
-        except KubeApiError as exc:
-            if exc.status == 422:
-                raise SandboxValidationError(
-                    f"cannot extend the lifetime of {sandbox_id}: {exc.message}", sandbox_id=sandbox_id
-                ) from exc
-            if exc.status == 404:
-                raise SandboxNotRunningError(f"pod {sandbox_id} no longer exists", sandbox_id=sandbox_id) from exc
-            raise
+        await set_lifetime(client, self._pod_path(ns, sandbox_id), sandbox_id, seconds)
 
     async def aclose(self) -> None:
         """Stop the watch and background cleanups, delete any pod of this backend still alive
