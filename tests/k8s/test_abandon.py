@@ -155,10 +155,29 @@ async def test_the_session_wrapper_announces_the_session_and_passes_everything_t
     script = 'read -r line; echo "$1:$line"; read -r s < /proc/$$/stat; set -- ${s##*) }; echo "sid=$4" >&2; exit 7'
     res = await stream_exec(
         backend.client, "default", sid, [*prefix, *in_session(script, "arg")], container="main",
-        stdin=b"from stdin\n", deadline_seconds=30, connect_timeout=5, drain_seconds=1, on_abandon=lambda ab: None,
+        stdin=b"from stdin\n", gate=True, deadline_seconds=30, connect_timeout=5, drain_seconds=1,
+        on_abandon=lambda ab: None,
     )  # fmt: skip
     assert res.stdout == b"arg:from stdin\n", how
     assert res.status is not None and exit_code(res.status) == 7
     assert res.session is not None
     if prefix[:1] != ("env",):  # with setsid the command leads the session it announced
         assert res.stderr == f"sid={res.session}\n".encode(), how
+
+
+async def test_a_stream_gone_before_go_starts_nothing(
+    k8s_server: KubeTestServer, pod: tuple[KubernetesBackend, str]
+) -> None:
+    """An exec cancelled while its upgrade was in flight: the server started the wrapper, nobody is there."""
+    import aiohttp
+
+    argv = in_session('exec sleep "$1"', "65")
+    url = f"{k8s_server.url}/api/v1/namespaces/default/pods/{pod[1]}/exec"
+    params = [("command", a) for a in argv] + [("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(url, params=params, protocols=("v5.channel.k8s.io",))
+        await wait_for(lambda: bool(k8s_server.pods[("default", pod[1])].execs))
+        await ws.close()  # never said go
+    await no_process_left(k8s_server, pod[1])
+    for _, cmd in k8s_server.processes(pod[1]):
+        assert "sleep 65" not in cmd

@@ -40,7 +40,7 @@ import anyio
 from ..._errors import SandboxTransportError, SandboxValidationError
 from ..._log import log
 from ._client import KubeClient, translate_transport
-from ._inpod import SessionHeader
+from ._inpod import GO, SessionHeader
 
 __all__ = [
     "PROTOCOLS",
@@ -163,6 +163,7 @@ async def stream_exec(
     max_stderr: int | None = None,
     on_chunk: OnChunk | None = None,
     abort: Callable[[], Awaitable[None]] | None = None,
+    gate: bool = False,
 ) -> StreamResult:
     """Run ``argv`` (an ``_inpod.in_session`` command) in the pod and collect its output until the status.
 
@@ -172,7 +173,7 @@ async def stream_exec(
     ``drain_seconds`` for the server's close. Every early stop, cancellation and broken
     socket hands the socket to ``on_abandon``. Raises ``KubeApiError``/
     ``SandboxBackendUnavailableError`` if the upgrade fails and ``SandboxTransportError``
-    if the socket breaks.
+    if the socket breaks. ``gate``: the command is an ``_inpod.in_session`` one, waiting for ``GO``.
     """
     params = exec_params(argv, container)
     start = time.monotonic()
@@ -192,6 +193,8 @@ async def stream_exec(
         async def send_stdin() -> None:
             data = memoryview(stdin or b"")
             try:
+                if gate:
+                    await ws.send_bytes(b"\x00" + GO)
                 for i in range(0, len(data), STDIN_CHUNK):
                     await ws.send_bytes(b"\x00" + data[i : i + STDIN_CHUNK].tobytes())
                 if protocol.startswith("v5"):

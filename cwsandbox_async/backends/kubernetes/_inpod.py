@@ -5,7 +5,9 @@ kubectl#1076), so an exec the backend abandons (cancelled, timed out, cut at the
 cap, a broken stream) would run on in the pod, and in a pooled pod into the next lease.
 So every command runs in a session of its own, and the backend can kill that session:
 
-- ``SESSION`` (the argv prefix of every exec, file reads and writes included) makes the
+- ``SESSION`` (the argv prefix of every exec, file reads and writes included) first waits
+  for the client's ``GO`` line on stdin, so an exec cancelled before its stream was up never
+  starts its command (the socket closes, stdin ends, the wrapper exits); then it makes the
   command a session leader with ``setsid`` and prints the session id as the first line of
   stderr *before* the command starts, so the command cannot forge or suppress it. The
   backend strips that line (``SessionHeader``).
@@ -26,7 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-__all__ = ["EXEC", "KILL", "SESSION", "SessionHeader", "exec_argv", "in_session", "kill_argv"]
+__all__ = ["EXEC", "GO", "KILL", "SESSION", "SessionHeader", "exec_argv", "in_session", "kill_argv"]
+
+#: The first stdin bytes of a ``SESSION`` command: the client is there and will read the output.
+GO = b"go\n"
 
 #: Kill processes until none is left: ``cws_reap session ID`` (session/group ID and descendants)
 #: or ``cws_reap others`` (everything but PID 1, this shell and its parent). Zombies are skipped;
@@ -46,10 +51,13 @@ _REAP = (
     "done; return 1; }; "
 )
 
-#: Prefix: run the script "$1" (its arguments: the rest) as a session leader whose id is the first
-#: line of stderr. ``setsid`` forks when its caller leads a process group, so then it runs from a
-#: background job (not a leader). Without ``setsid`` the script runs here, announcing this pid.
+#: Prefix: wait for the client's ``GO`` line on stdin (a stream that closes before it, e.g. an
+#: exec cancelled during its upgrade, starts nothing), then run the script "$1" (its arguments:
+#: the rest) as a session leader whose id is the first line of stderr. ``setsid`` forks when its
+#: caller leads a process group, so then it runs from a background job (not a leader). Without
+#: ``setsid`` the script runs here, announcing this pid.
 SESSION = (
+    'read -r g && [ "$g" = go ] || exit 125; '
     'c=$1; shift; h=\'printf "%s\\n" "$$" >&2; \'; '
     'command -v setsid >/dev/null 2>&1 || { eval "$h"; eval "$c"; exit; }; '
     'lead() { set -- $1; [ "$3" = "$$" ]; }; '
