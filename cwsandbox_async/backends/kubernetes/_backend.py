@@ -149,8 +149,16 @@ class KubernetesBackend(Backend):
         client, ns = await self._ensure()
         if self._watch is None:
             sel = selector(f"{MANAGED_BY_LABEL}={MANAGED_BY}", f"{DRIVER_LABEL}={self.driver_id}")
+            o = self.options
             self._watch = PodWatch(
-                client, ns, sel, watch_timeout=self.options.watch_timeout_seconds, on_change=self._on_change
+                client,
+                ns,
+                sel,
+                watch_timeout=o.watch_timeout_seconds,
+                stale=o.watch_stale_seconds,
+                down_poll=o.watch_down_poll_seconds,
+                max_backoff=o.max_backoff_seconds,
+                on_change=self._on_change,
             )
             self._watch.start()
         return self._watch

@@ -203,7 +203,7 @@ class KubeClient:
         return kw
 
     def _wait(self, state: RetryCallState) -> float:
-        backoff = min(5.0, 0.1 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0)
+        backoff = min(self.opts.max_backoff_seconds, 0.1 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0)
         exc = state.outcome.exception() if state.outcome is not None else None
         if isinstance(exc, KubeApiError) and exc.retry_after is not None:
             return min(self.opts.max_retry_after_seconds, exc.retry_after) + random.uniform(0.0, 0.05)
@@ -359,9 +359,9 @@ class KubeClient:
                     self.url(path),
                     params=list(params),
                     protocols=protocols,
-                    heartbeat=30.0,
+                    heartbeat=self.opts.ws_heartbeat_seconds,
                     max_msg_size=0,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                    timeout=aiohttp.ClientWSTimeout(ws_close=self.opts.drain_seconds),
                     **self._kwargs(auth),
                 )
             except _TRANSPORT_ERRORS as exc:

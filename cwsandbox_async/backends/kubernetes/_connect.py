@@ -13,7 +13,7 @@ imports none of it).
 Kept here, because kubernetes-asyncio lacks it:
 
 - **credentials that change**: a token file (``token_file``, the in-cluster service
-  account) is re-read every ``TOKEN_FILE_TTL`` seconds and after a 401; a kubeconfig's
+  account) is re-read every ``token_refresh_seconds`` and after a 401; a kubeconfig's
   ``tokenFile`` and exec plugin are loaded again after a 401, and the plugin when its
   ``expirationTimestamp`` passes (the library only runs it when a config is loaded), each
   run within ``credential_timeout_seconds``; tokens are stripped (the library keeps a
@@ -45,10 +45,8 @@ from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader, 
 from ..._errors import SandboxBackendUnavailableError
 from ._options import KubernetesOptions
 
-__all__ = ["TOKEN_FILE_TTL", "Connection", "connect"]
+__all__ = ["Connection", "connect"]
 
-#: Seconds a token read from a file is trusted before it is read again (service account tokens rotate).
-TOKEN_FILE_TTL = 60.0
 #: What the loaders raise for a configuration they cannot use (yaml errors included).
 _CONFIG_ERRORS = (ConfigException, OSError, ValueError, KeyError, TypeError, yaml.YAMLError)
 
@@ -75,8 +73,9 @@ class Connection:
 class _TokenFile:
     """A bearer token read from a file, re-read when stale or after a 401 (``install`` hooks it in)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, ttl: float) -> None:
         self.path = path
+        self.ttl = ttl
         self._read_at = -float("inf")
 
     async def load(self, cfg: Configuration) -> None:
@@ -89,7 +88,7 @@ class _TokenFile:
 
     def install(self, cfg: Configuration) -> None:
         async def hook(c: Configuration) -> None:
-            if time.monotonic() - self._read_at >= TOKEN_FILE_TTL:
+            if time.monotonic() - self._read_at >= self.ttl:
                 await self.load(c)
 
         cfg.refresh_api_key_hook = hook
@@ -115,7 +114,7 @@ async def _explicit(o: KubernetesOptions) -> Connection:
     if o.token is not None:
         cfg.api_key["BearerToken"] = f"Bearer {o.token}"
     elif o.token_file is not None:
-        tokens = _TokenFile(o.token_file)
+        tokens = _TokenFile(o.token_file, o.token_refresh_seconds)
         await tokens.load(cfg)
         tokens.install(cfg)
         refresh = _bound(tokens.refresh, cfg)
@@ -141,7 +140,7 @@ async def _in_cluster(o: KubernetesOptions) -> Connection:
         await anyio.to_thread.run_sync(loader.load_and_set, cfg)
     except _CONFIG_ERRORS as exc:
         raise _fail(f"in-cluster service account at {base}: {exc}") from exc
-    tokens = _TokenFile(str(base / "token"))
+    tokens = _TokenFile(str(base / "token"), o.token_refresh_seconds)
     await tokens.load(cfg)
     tokens.install(cfg)
     ns = o.namespace

@@ -49,6 +49,11 @@ def _opt_str(name: str, value: object) -> None:
 #: - ``default_lifetime_seconds``: ``activeDeadlineSeconds`` of a pod whose sandbox has no
 #:   ``max_lifetime_seconds``: every pod ends by itself, even if its driver is SIGKILLed.
 #: - ``credential_timeout_seconds``: one run of a kubeconfig credential (exec) plugin.
+#: - ``token_refresh_seconds``: how long a token read from a file is used before it is read again.
+#: - ``max_backoff_seconds``: the longest pause between retries (REST calls, the shared watch).
+#: - ``ws_heartbeat_seconds``: WebSocket ping interval on exec streams (keeps idle load balancers open).
+#: - ``watch_stale_seconds``: a pod waiter that heard nothing from a healthy watch this long GETs its pod.
+#: - ``watch_down_poll_seconds``: the same while the watch is down.
 #: - ``unschedulable_grace_seconds``: how long an Unschedulable pod may wait for capacity (0: fail at once).
 TIMEOUT_DEFAULTS: dict[str, float] = {
     "request_timeout_seconds": 30.0,
@@ -62,6 +67,11 @@ TIMEOUT_DEFAULTS: dict[str, float] = {
     "death_settle_seconds": 10.0,
     "default_lifetime_seconds": 6 * 3600.0,
     "credential_timeout_seconds": 60.0,
+    "token_refresh_seconds": 60.0,
+    "max_backoff_seconds": 5.0,
+    "ws_heartbeat_seconds": 30.0,
+    "watch_stale_seconds": 30.0,
+    "watch_down_poll_seconds": 5.0,
 }
 
 
@@ -121,6 +131,11 @@ class KubernetesOptions:
     death_settle_seconds: float = TIMEOUT_DEFAULTS["death_settle_seconds"]
     default_lifetime_seconds: float = TIMEOUT_DEFAULTS["default_lifetime_seconds"]
     credential_timeout_seconds: float = TIMEOUT_DEFAULTS["credential_timeout_seconds"]
+    token_refresh_seconds: float = TIMEOUT_DEFAULTS["token_refresh_seconds"]
+    max_backoff_seconds: float = TIMEOUT_DEFAULTS["max_backoff_seconds"]
+    ws_heartbeat_seconds: float = TIMEOUT_DEFAULTS["ws_heartbeat_seconds"]
+    watch_stale_seconds: float = TIMEOUT_DEFAULTS["watch_stale_seconds"]
+    watch_down_poll_seconds: float = TIMEOUT_DEFAULTS["watch_down_poll_seconds"]
     sweep_on_close: bool = True
 
     def __post_init__(self) -> None:

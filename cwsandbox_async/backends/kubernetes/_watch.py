@@ -10,7 +10,7 @@ means that version is too old, so the loop lists again. Other errors back off
 
 Waiters (``wait_ready``) block on a per-pod event set on every change, so N pods
 starting cost one watch, not N polls. As a safety net a waiter that has heard nothing
-for ``STALE_SECONDS`` (or while the watch is down) GETs its pod once.
+for ``stale`` seconds (``down_poll`` while the watch is down) GETs its pod once.
 """
 
 from __future__ import annotations
@@ -35,10 +35,6 @@ from ._podstate import PodView, view
 
 __all__ = ["PodWatch"]
 
-STALE_SECONDS = 30.0
-UNHEALTHY_POLL_SECONDS = 5.0
-MAX_BACKOFF = 10.0
-
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
@@ -53,13 +49,17 @@ class PodWatch:
         namespace: str,
         label_selector: str,
         *,
-        watch_timeout: int = 300,
+        watch_timeout: int,
+        stale: float,
+        down_poll: float,
+        max_backoff: float,
         on_change: Callable[[str, dict[str, Any] | None], None] | None = None,
     ) -> None:
         self._client = client
         self._namespace = namespace
         self._selector = label_selector
         self._watch_timeout = watch_timeout
+        self._stale, self._down_poll, self._max_backoff = stale, down_poll, max_backoff
         self._on_change = on_change
         self.pods: dict[str, dict[str, Any]] = {}
         self._gone: dict[str, None] = {}  # names seen deleted (insertion-ordered, bounded)
@@ -140,14 +140,14 @@ class PodWatch:
                 raise SandboxTimeoutError(
                     f"pod {name} not ready within {within:g} s: {last.describe()}", sandbox_id=name
                 )
-            wait = min(deadline - now, STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS)
+            wait = min(deadline - now, self._stale if self.healthy else self._down_poll)
             if unschedulable_since is not None:
                 wait = min(wait, max(0.05, unschedulable_since + unschedulable_grace - now))
             with anyio.move_on_after(wait):
                 await ev.wait()
                 quiet_since = time.monotonic()
                 continue
-            if time.monotonic() - quiet_since >= (STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS):
+            if time.monotonic() - quiet_since >= (self._stale if self.healthy else self._down_poll):
                 await self.refresh(name)
                 quiet_since = time.monotonic()
 
@@ -195,13 +195,13 @@ class PodWatch:
             except (KubeApiError, SandboxTimeoutError, OSError, ValueError) as exc:
                 self.healthy = False
                 failures += 1
-                delay = min(MAX_BACKOFF, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                delay = min(self._max_backoff, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
                 log.info("k8s watch failed; retrying", error=repr(exc), delay=round(delay, 2))
                 await anyio.sleep(delay)
             except Exception:  # a bug: shown at ERROR, and the shared watch restarts rather than die silently
                 self.healthy = False
                 log.error("k8s watch crashed (a bug); restarting", error=traceback.format_exc())
-                await anyio.sleep(MAX_BACKOFF)
+                await anyio.sleep(self._max_backoff)
 
     async def _relist(self) -> str:
         self.relists += 1
