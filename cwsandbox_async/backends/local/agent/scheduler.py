@@ -89,23 +89,20 @@ class Scheduler:
 
     # -- machinery -----------------------------------------------------------------
     def start_machinery(self) -> None:
-        """Not dumpable, subreaper, preload, then fork the template -- all before any request.
-
-        Workers are born only once the first request arrived: by then the driver has
-        moved the template into the commands' cgroup, and every worker inherits it.
-        """
+        """Not dumpable, subreaper, and the template (forked by ``main.run`` already, else now) -- all
+        before any request. Workers are born only once the first request arrived."""
         # Not dumpable (the template and workers inherit it; commands, being exec'd or made
         # dumpable again, do not): commands cannot ptrace them or read their memory or fds.
         sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)
         self.subreaper = sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
         if self.config.get("die_with_parent"):
             sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
-        for name in self.config.get("preload") or ():
-            try:
-                __import__(name)
-            except Exception:  # a module missing from this image is simply not preloaded
-                continue
-        self.fork_template()
+        early = self.boot.get("template")
+        if early is not None:  # forked by ``main.run`` already, before this object existed
+            self.template_pid, self.template_sock = early
+            self.sel.register(self.template_sock, selectors.EVENT_READ, "template")
+        else:
+            self.fork_template()
 
     def fork_template(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -446,11 +443,15 @@ class Scheduler:
                 out.append(ex.deadline if ex.acked else ex.ack_deadline)
             elif ex.wait_until is not None:
                 out.append(time.monotonic() + _EXCLUSIVE_POLL)
-        if self.served and not self.idle and not self.starting:
+        if self.active() and not self.idle and not self.starting:
             out.append(max(time.monotonic() + 0.002, self.refill_after))
-        elif len(self.idle) > 1 and not self.execs:
+        elif self.idle and not self.execs:
             out.append(self.last_exec + self.settings.idle_trim)
         return out
+
+    def active(self) -> bool:
+        """A request arrived within the last ``idle_trim`` seconds (then a spare worker is kept)."""
+        return self.served and (bool(self.execs) or time.monotonic() < self.last_exec + self.settings.idle_trim)
 
     def check_deadlines(self, now: float) -> None:
         for ex in list(self.execs.values()):
@@ -475,13 +476,15 @@ class Scheduler:
             self.schedule()
 
     def maintain(self, idle: bool, now: float) -> None:
-        """Retire idle workers beyond one after ``idle_trim``; keep one spare ready."""
-        if len(self.idle) > 1 and not self.execs and now >= self.last_exec + self.settings.idle_trim:
-            keep = next((h for h in self.idle if not h.dirty), self.idle[0])
+        """Keep one spare worker while requests come; after ``idle_trim`` without any, retire every idle
+        worker (the template births the next one in about a millisecond; an idle sandbox then holds
+        only the agent and the template). Without a live template one clean worker is kept."""
+        if self.idle and not self.execs and now >= self.last_exec + self.settings.idle_trim:
+            keep = None if self.template_sock is not None else next((h for h in self.idle if not h.dirty), None)
             for handle in list(self.idle):
                 if handle is not keep:
                     self.retire(handle)
-        spare = idle and self.served and not self.idle and not self.starting and now >= self.refill_after
+        spare = idle and self.active() and not self.idle and not self.starting and now >= self.refill_after
         if spare and not self.request_worker():  # at the pids limit (a fork bomb?): try again later
             self.refill_after = now + self.settings.refill_pause
 
