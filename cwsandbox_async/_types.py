@@ -131,6 +131,9 @@ class SandboxInfo:
     owner_pid: int | None = None
     owner_alive: bool | None = None
     backend: str = ""
+    #: ``list`` found its owner process gone and destroyed what was left of it (processes, cgroups,
+    #: registry entry) before returning: this is the last time it is listed.
+    reaped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -18,7 +19,7 @@ import cwsandbox_async as cwa
 from cwsandbox_async.backends import load_backend
 from cwsandbox_async.backends.local import LocalBackend
 from cwsandbox_async.backends.local._registry import Registry, pid_alive
-from cwsandbox_async.testing.contract import make_spec
+from cwsandbox_async.testing.contract import make_request, make_spec
 
 from .conftest import (
     child_pids,
@@ -76,12 +77,11 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
     assert host_processes_matching(f"sleep {marker}".encode()) == []
 
     async with local_session(tag) as s:
-        found = await s.list([tag])
+        found = await s.list([tag])  # the owner is gone: listing reaps them (and says so)
         assert sorted(i.sandbox_id for i in found) == sorted(info["ids"])
-        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED for i in found)
-        swept = await s.sweep([tag])
-        assert sorted(swept) == sorted(info["ids"])
+        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED and i.reaped for i in found)
         assert await s.list([tag]) == []
+        assert await s.sweep([tag]) == []
     assert not any(exists(p) for p in info["cgroups"])
 
 
@@ -240,3 +240,21 @@ async def test_no_isolation_only_by_name_and_with_a_warning(tag: str) -> None:
         assert r.stdout == "hi"
         assert (await sb.run_python("print(7)")).stdout == "7\n"
     assert LocalBackend().isolation in ("bwrap", "unshare")
+
+
+@pytest.fixture
+async def fixture_sandbox(tag: str) -> AsyncIterator[tuple[LocalBackend, str]]:
+    """A sandbox created in a fixture: the template is started from a worker thread that ends before the test."""
+    backend = LocalBackend()
+    spec = make_spec(tag)
+    await backend.create(spec)
+    yield backend, spec.sandbox_id
+    await backend.destroy(spec.sandbox_id)
+    await backend.aclose()
+
+
+async def test_the_template_outlives_the_thread_that_started_it(fixture_sandbox: tuple[LocalBackend, str]) -> None:
+    backend, sid = fixture_sandbox
+    r = await backend.exec(sid, make_request("echo", "hi"))
+    assert r.returncode == 0 and r.stdout == b"hi\n"
+    assert backend._template is not None and backend._template.alive

@@ -73,7 +73,7 @@ from ._bwrap import (
 )
 from ._cgroup import CgroupManager
 from ._channel import AgentChannel
-from ._leftover import destroy_leftover, entry_status, kill_group, remove_cgroup, remove_dir
+from ._leftover import destroy_leftover, entry_status, kill_group, reap, remove_cgroup, remove_dir
 from ._options import MIB, PIDS_OVERHEAD, LocalOptions, check_options, rlimits_for
 from ._plain import PlainSandbox
 from ._probe import Probe, ProbeRequest, probe
@@ -559,7 +559,7 @@ class LocalBackend(Backend):
             return
         entry = await self._blocking(self._registry.read, sandbox_id)
         if entry is not None:
-            await destroy_leftover(entry, self._registry)
+            await destroy_leftover(entry, self._registry, self._blocking)
 
     async def _teardown(self, box: Box) -> None:
         if box.stopping:
@@ -598,7 +598,7 @@ class LocalBackend(Backend):
         if box.plain is not None:
             box.plain.kill_all()
         if box.cgroup is not None:
-            await remove_cgroup(box.cgroup)
+            await remove_cgroup(box.cgroup, self._blocking)
 
         def remove() -> None:
             if box.plain is not None:
@@ -625,28 +625,38 @@ class LocalBackend(Backend):
         return entry_status(entry, pid_alive(entry.get("owner_pid"), entry.get("owner_start")))
 
     async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
+        """Sandboxes carrying all of ``tags``, from the registry (this process's and others').
+
+        With ``tags`` given, entries whose owner process is gone are reaped on the way (``_leftover.reap``:
+        their leftovers destroyed, their entries removed) and listed once more with ``reaped=True``.
+        Entries of a live owner are never touched; without tags nothing is reaped (only ``sweep``).
+        """
         wanted = set(tags)
 
         def read() -> list[tuple[dict[str, Any], bool]]:
-            return [(e, pid_alive(e.get("owner_pid"), e.get("owner_start"))) for e in self._registry.read_all()]
+            out = []
+            for e in self._registry.read_all():
+                if wanted.issubset(str(t) for t in e.get("tags") or ()):
+                    out.append((e, pid_alive(e.get("owner_pid"), e.get("owner_start"))))
+            return out
 
+        found = await self._blocking(read)
+        reaped = await reap(found if wanted else [], self._registry, self._blocking)
         out = []
-        for e, owner_alive in await self._blocking(read):
-            etags = tuple(str(t) for t in e.get("tags") or ())
-            if not wanted.issubset(etags):
-                continue
+        for e, owner_alive in found:
             sid = str(e["sandbox_id"])
             box = self._boxes.get(sid)
             out.append(
                 SandboxInfo(
                     sandbox_id=sid,
-                    tags=etags,
+                    tags=tuple(str(t) for t in e.get("tags") or ()),
                     status=box.status if box is not None else entry_status(e, owner_alive),
                     created_at=float(e.get("created_at") or 0.0),
                     session_id=e.get("session_id"),
                     owner_pid=e.get("owner_pid"),
                     owner_alive=owner_alive,
                     backend=self.name,
+                    reaped=sid in reaped,
                 )
             )
         out.sort(key=lambda i: i.created_at)

@@ -27,8 +27,8 @@ import anyio
 from ..._errors import SandboxCreationError
 from ..._types import SandboxStatus
 from ._box import Box, HostIds
-from ._cgroup import CgroupManager, SandboxCgroup
-from ._leftover import kill_uid
+from ._cgroup import CgroupManager
+from ._leftover import kill_uid, remove_cgroup
 from ._link import Link
 from ._registry import Registry, proc_start_time
 from ._template import Newborn, Template
@@ -128,24 +128,11 @@ class Births:
         elif box.newborn is not None:
             box.newborn.close()  # a newborn without a channel yet reads EOF and exits
         if box.cgroup is not None:
-            gone = await _remove_cgroup(box.cgroup, self.blocking) or gone
+            await remove_cgroup(box.cgroup, self.blocking)
+            gone = True
         elif not gone and self.ids.ranged and box.host_uid is not None and self.ids.fixed is None:
             await self.blocking(kill_uid, box.host_uid)  # the uid is this sandbox's alone
             gone = True
         await self.blocking(self.registry.remove, box.spec.sandbox_id)
         if gone:
             self.ids.release(box.slot)
-
-
-async def _remove_cgroup(cg: SandboxCgroup, blocking: Blocking) -> bool:
-    """Kill what is left in the groups and remove them, retrying while exiting processes leave."""
-
-    def attempt() -> bool:
-        cg.kill_all()
-        return cg.try_remove()
-
-    delay = 0.001
-    while not await blocking(attempt):
-        await anyio.sleep(delay)
-        delay = min(delay * 2, 0.05)
-    return True

