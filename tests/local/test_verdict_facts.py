@@ -209,3 +209,17 @@ async def _test_requests_after_an_exclusive_exec_wait_for_it(box: Box) -> None:
         tg.start_soon(first)
         tg.start_soon(second)
     assert order == ["exclusive", "after"]
+
+
+async def test_sandbox_cpu_counts_everything_the_sandbox_ran(backend: LocalBackend, tag: str) -> None:
+    """While a program sleeps, another exec of the same sandbox burns CPU: not the program's tree, but
+    the sandbox's (the Sandbox layer never calls a timeout starved when the sandbox itself was busy)."""
+    if "sandbox_cpu_seconds" not in {f.name for f in dataclasses.fields(ExecExit)}:
+        pytest.skip("ExecExit.sandbox_cpu_seconds comes with the verdict contract (branch verdict)")
+    async with sandbox(backend, tag) as box, anyio.create_task_group() as tg:
+        tg.start_soon(box.py, BUSY.format(s=3))
+        await anyio.sleep(0.3)
+        r = await box.sh("sleep 1")
+        tg.cancel_scope.cancel()
+    sandbox_cpu = getattr(r, "sandbox_cpu_seconds", None)
+    assert r.cpu_seconds < 0.1 and sandbox_cpu is not None and sandbox_cpu > 0.3, r
