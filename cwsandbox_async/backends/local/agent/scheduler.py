@@ -25,7 +25,7 @@ import time
 
 from . import oom, proctree, sysapi, template
 from .execs import KILLED_BY_EXCLUSIVE, STOPPED_ITS_WORKER, Exec, WorkerHandle
-from .protocol import R_DONE, R_ERR, pack_meta, unpack_meta
+from .protocol import R_DONE, R_ERR, SPAWN_FAILED, pack_meta, unpack_meta
 from .worker import (
     D_CPU_EXCEEDED,
     D_TIMED_OUT,
@@ -244,9 +244,24 @@ class Scheduler:
             if ex.exclusive:
                 self.exclusive = ex
                 break
+        if time.monotonic() < self.refill_after:
+            return  # a birth just failed (the pids limit?): try again at refill_after
         for _ in range(max(0, wanted - len(self.starting))):
             if not self.request_worker():
+                self.birth_failed()
                 break
+
+    def birth_failed(self) -> None:
+        """No worker could be born (the sandbox's pids limit, most likely: the program's own doing). The
+        oldest queued exec ends at once with ``SPAWN_FAILED``, the rest wait ``refill_pause``."""
+        self.refill_after = time.monotonic() + self.settings.refill_pause
+        if not self.queue:
+            return
+        ex = self.queue.popleft()
+        del self.execs[ex.rid]
+        self.send(ex.rid, R_ERR, b"cwsandbox: cannot start the command: no process available (pids limit?)\n")
+        done = {"rc": SPAWN_FAILED, "w": 0.0, "u": 0.0, "to": False, "tr": False, "oom": False, "cx": False}
+        self.send(ex.rid, R_DONE, pack_meta({**done, "cw": None, "sc": None}))
 
     def take_worker(self, py: bool) -> WorkerHandle | None:
         for handle in reversed(self.idle):
@@ -379,8 +394,10 @@ class Scheduler:
         """A worker's socket closed or the worker was reaped: requeue or end its exec."""
         if handle.sock.fileno() >= 0:
             self.retire(handle)
-        if not handle.pid:  # never born (the template died or hit the pids limit)
+        if not handle.pid:  # never born: the template died (a new one is started) or hit the pids limit
             self.kill_orphans()
+            if self.template_pid and proctree.alive(self.template_pid):
+                self.birth_failed()
         ex, handle.busy = handle.busy, None
         if ex is None:
             return
@@ -443,7 +460,7 @@ class Scheduler:
                 out.append(ex.deadline if ex.acked else ex.ack_deadline)
             elif ex.wait_until is not None:
                 out.append(time.monotonic() + _EXCLUSIVE_POLL)
-        if self.active() and not self.idle and not self.starting:
+        if (self.queue or self.active()) and not self.idle and not self.starting:
             out.append(max(time.monotonic() + 0.002, self.refill_after))
         elif self.idle and not self.execs:
             out.append(self.last_exec + self.settings.idle_trim)
@@ -524,7 +541,6 @@ class Scheduler:
             "cx": bool(flags & D_CPU_EXCEEDED),
             "cw": wait,
             "sc": ex.sandbox_cpu,
-            "oc": count,
         }
         self.send(ex.rid, R_DONE, pack_meta(done))
 
