@@ -100,3 +100,20 @@ async def test_a_python_exec_also_starts_clean(tag: str) -> None:
         found = set(r.stdout.split())
         assert control_id in found
         assert not {how for how, ident in ids.items() if ident in found}
+
+
+async def test_a_replaced_template_starts_clean_too(tag: str) -> None:
+    """A command may kill the template (it runs as the same user): the agent, whose memory holds
+    requests, does not fork a new one but starts a fresh interpreter; its workers are clean too."""
+    prefix = "cwsmk" + uuid.uuid4().hex[:6] + "-"
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        first = s.backend._boxes[sb.sandbox_id].channel.hello["template"]  # type: ignore[attr-defined]
+        ids = await plant(sb, prefix)
+        await sb.exec(["sh", "-c", f"kill -9 {first}; pkill -9 -P 1 -f zygote; true"])
+        control_id, control = new_marker(prefix)
+        found = await scan(sb, prefix, control)
+        assert control_id in found
+        assert not {how for how, ident in ids.items() if ident in found}
+        r = await sb.exec(["sh", "-c", f"test -d /proc/{first} && echo old-template-alive; true"])
+        assert "old-template-alive" not in r.stdout

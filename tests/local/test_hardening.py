@@ -13,6 +13,7 @@ import platform
 
 import pytest
 
+import cwsandbox_async as cwa
 from cwsandbox_async.backends.local.agent import harden, seccomp
 
 from .conftest import local_session, requires_isolation
@@ -211,3 +212,21 @@ def test_a_bad_setting_is_refused_at_boot() -> None:
     for bad in ({"nope": 1}, {"backstop": 0}, {"backstop": float("nan")}, {"ack_timeout": True}):
         with pytest.raises(ValueError, match="setting"):
             Settings(bad)
+
+
+async def test_the_doctor_probes_report_every_protection(tag: str) -> None:
+    from cwsandbox_async.backends.local._hardening_probes import hardening_checks
+
+    async with local_session(tag, resources=cwa.Resources(memory_mib=256)) as s:
+        checks = await hardening_checks(await s.sandbox())
+    names = [name for name, *_ in checks]
+    assert names == [
+        "seccomp filter",
+        "fresh session keyring",
+        "SysV IPC bounded",
+        "read-only empty HOME",
+        "clean run_python memory",
+        "stopped worker replaced",
+    ]
+    bad = [(name, status, detail) for name, status, detail, _ in checks if status != "ok"]
+    assert not bad, bad

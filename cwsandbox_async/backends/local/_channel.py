@@ -9,13 +9,11 @@ waits only when the pipe's buffer is over its high-water mark.
 
 When the agent's output closes or its process exits, every pending call fails
 with ``SandboxNotRunningError`` (``SandboxTerminatedError`` when the backend is
-stopping the sandbox on purpose), and so does every later call -- with one
-exception, decided where the facts are: when the backend's ``death_check`` says
-the sandbox's memory cgroup OOM-killed a process (the agent itself, killed by the
-memory its program used), the execs in flight return an ``ExecExit`` with
-``oom_killed=True`` and ``returncode=-9`` (their output so far attached): the
-program's own outcome. Later calls then raise ``SandboxNotRunningError`` with
-``infrastructure=False``, since the program caused it.
+stopping the sandbox on purpose), and so does every later call. That is
+infrastructure: a program cannot end its agent -- PID 1 ignores signals from
+inside its namespace, is not dumpable, seccomp denies ``ptrace`` and
+``process_vm_*``, the agent lives outside the commands' memory limit, and a full
+pids limit only fails the execs that need a new process (``SPAWN_FAILED``).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -70,9 +67,6 @@ class AgentProtocolError(RuntimeError):
 
 _Chunk = tuple[StreamName, bytes]
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
-#: ``async (OOM kills the agent last reported, the sandbox process's exit status) -> bool``: did
-#: the sandbox's own memory use kill it? (see the module docstring)
-DeathCheck = Callable[[int, int | None], Awaitable[bool]]
 
 
 class _Call:
@@ -108,13 +102,6 @@ class AgentChannel(asyncio.SubprocessProtocol):
         self.lost = anyio.Event()
         self.closed_reason: str | None = None
         self.terminating = False
-        #: Set by the backend; see the module docstring.
-        self.death_check: DeathCheck | None = None
-        #: The agent was killed by the memory its own program used (decided by ``death_check``).
-        self.killed_by_program = False
-        #: The OOM-kill count of the commands' cgroup as of the agent's last report (``DONE``/``HELLO``).
-        self.oom_seen = 0
-        self._death_lock = anyio.Lock()
         self.stderr_tail = bytearray()
         self._writable = anyio.Event()
         self._writable.set()
@@ -177,7 +164,6 @@ class AgentChannel(asyncio.SubprocessProtocol):
                 self.hello = unpack_meta(payload)[0]
             except ValueError:
                 self.hello = {}
-            self.oom_seen = int(self.hello.get("oc") or 0)
             self.ready.set()
             return
         call = self._calls.get(rid)
@@ -211,12 +197,6 @@ class AgentChannel(asyncio.SubprocessProtocol):
     def dead_error(self) -> SandboxNotRunningError:
         if self.terminating:
             return SandboxTerminatedError(f"sandbox {self.sandbox_id} was stopped", sandbox_id=self.sandbox_id)
-        if self.killed_by_program:
-            return SandboxNotRunningError(
-                f"sandbox {self.sandbox_id} is not running: the memory its program used killed it (OOM)",
-                sandbox_id=self.sandbox_id,
-                infrastructure=False,
-            )
         tail = bytes(self.stderr_tail).decode("utf-8", "replace").strip()
         detail = f"; its last error output: {tail[-2000:]}" if tail else ""
         return SandboxNotRunningError(
@@ -257,9 +237,7 @@ class AgentChannel(asyncio.SubprocessProtocol):
             with contextlib.suppress(SandboxError):
                 self._write(pack_frame(rid, T_KILL))
 
-    async def _wait(self, rid: int, call: _Call, kill_on_cancel: bool, oom_result: bool = False) -> _Call:
-        """Wait for ``call``'s final frame; with ``oom_result``, a death the program caused returns
-        (``call.kind`` stays 0) instead of raising."""
+    async def _wait(self, rid: int, call: _Call, kill_on_cancel: bool) -> _Call:
         try:
             if not self._writable.is_set():
                 await self._writable.wait()
@@ -267,7 +245,7 @@ class AgentChannel(asyncio.SubprocessProtocol):
         except BaseException:
             self._abandon(rid, kill_on_cancel)
             raise
-        if call.kind == 0 and (self.terminating or not oom_result or not await self._killed_by_program()):
+        if call.kind == 0:
             raise self.dead_error()
         if call.kind == R_FAIL:
             self._raise_fail(call.payload, None)
@@ -285,17 +263,6 @@ class AgentChannel(asyncio.SubprocessProtocol):
         if kind == "internal":
             raise SandboxTransportError(f"sandbox agent error: {message}", sandbox_id=self.sandbox_id)
         raise AgentProtocolError(f"sandbox {self.sandbox_id}: the agent refused a request ({kind}): {message}")
-
-    async def _killed_by_program(self) -> bool:
-        """Ask the backend (once) whether the sandbox died of its own program's memory use."""
-        async with self._death_lock:  # concurrent execs wait for the one answer
-            if self.death_check is not None:
-                check, self.death_check = self.death_check, None
-                with anyio.move_on_after(1):  # the agent is gone: nothing may hang on top
-                    await self.exited.wait()
-                rc = self.transport.get_returncode() if self.transport is not None else None
-                self.killed_by_program = await check(self.oom_seen, rc)
-        return self.killed_by_program
 
     # -- operations --------------------------------------------------------------
     @staticmethod
@@ -319,10 +286,9 @@ class AgentChannel(asyncio.SubprocessProtocol):
             meta["n"] = len(raw)
             raw += (source or "").encode("utf-8", "surrogateescape")
         payload = pack_meta(meta, raw)
-        started = time.monotonic()
         if on_output is None:
             rid, call = self._start(ftype, payload)
-            await self._wait(rid, call, True, oom_result=True)
+            await self._wait(rid, call, True)
         else:
             send, receive = anyio.create_memory_object_stream[_Chunk](math.inf)
             with send, receive:
@@ -333,20 +299,11 @@ class AgentChannel(asyncio.SubprocessProtocol):
                 except BaseException:
                     self._abandon(rid, True)
                     raise
-                await self._wait(rid, call, True, oom_result=True)
-        if call.kind == 0:  # the agent died of its program's memory (see _wait)
-            return ExecExit(
-                returncode=-9,
-                stdout=b"".join(call.out),
-                stderr=b"".join(call.err),
-                wall_seconds=round(time.monotonic() - started, 6),
-                oom_killed=True,
-            )
+                await self._wait(rid, call, True)
         if call.kind != R_DONE:
             raise AgentProtocolError(f"sandbox {self.sandbox_id}: unexpected reply {call.kind} to an exec")
         try:
             done, _ = unpack_meta(call.payload)
-            self.oom_seen = max(self.oom_seen, int(done.get("oc") or 0))
             wait = done.get("cw")
             extra: dict[str, Any] = {}
             if _SANDBOX_CPU and done.get("sc") is not None:

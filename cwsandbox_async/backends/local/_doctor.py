@@ -26,6 +26,8 @@ from ..._errors import SandboxError, SandboxTimeoutError
 from ..._types import Resources, SandboxDefaults
 from ..probes import FAIL, OK, WARN, ProbeRequest, Section, Status
 from ._doctor_birth import birth_probes
+from ._hardening_probes import hardening_checks
+from .agent import harden
 
 __all__ = ["probe"]
 
@@ -211,6 +213,13 @@ async def local_probes(section: Section, request: ProbeRequest) -> None:
                 "create a sandbox",
             )
             await birth_probes(p, s.backend)
+            try:  # the birth-path hardening (seccomp, keyring, IPC, HOME, clean memory): _hardening_probes
+                with anyio.fail_after(request.timeout_seconds):
+                    hardening = await hardening_checks(await p.sandbox())
+            except Exception as exc:  # a probe that broke is a failed claim, reported, not a traceback
+                hardening = [("hardening", FAIL, f"the probes themselves failed: {exc!r}", "hardening_checks")]
+            for name, status, detail, how in hardening:
+                section.add(name, status, detail, how)
 
             async def userns() -> tuple[Status, str]:
                 box = await p.sandbox()
@@ -266,7 +275,10 @@ async def local_probes(section: Section, request: ProbeRequest) -> None:
                     r = await box.exec(["cat", secret_file])
                     if "doctor-secret-file" in r.stdout:
                         leaks.append(f"a file in {home}")
-                r = await box.exec("cat /etc/shadow 2>/dev/null | head -c 64; ls -A /root /home 2>/dev/null")
+                own = os.path.basename(harden.HOME)  # the sandbox's own empty, read-only HOME is /home/sandbox
+                r = await box.exec(
+                    f"cat /etc/shadow 2>/dev/null | head -c 64; ls -A /root 2>/dev/null; ls -A /home | grep -vx {own}"
+                )
                 if r.stdout.strip():
                     leaks.append("/etc/shadow, /root or /home")
                 if leaks:

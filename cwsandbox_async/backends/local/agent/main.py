@@ -81,8 +81,13 @@ def run(
     info["hardening"] = harden.apply_unprivileged(seccomp=bool(config.get("seccomp", True)))
     info["cpus"] = cpus_for(config)
     info["cgroup"] = dict(cgroup or {})
+    opts = settings.Settings(config.get("settings"))
+    preload(config)
+    # The template first, before this process builds anything of its own: every page dirtied from
+    # here on is the agent's alone, not shared with (and paid for by) the template's copy.
+    info["template"] = fork_template(config, opts, info["cpus"], info["cgroup"].get("cmd_procs") or [])
     try:
-        agent = server.Agent(config, settings.Settings(config.get("settings")), rfd, wfd, info)
+        agent = server.Agent(config, opts, rfd, wfd, info)
         agent.serve()
     except BrokenPipeError:
         os._exit(0)
@@ -91,6 +96,33 @@ def run(
 
         traceback.print_exc()
     os._exit(70)
+
+
+def fork_template(config: dict[str, Any], opts: settings.Settings, cpus: float, joins: list[int]) -> Any:
+    """Fork the template now (see ``template``); ``(pid, socket)`` for the agent, or None on failure."""
+    import socket
+
+    from .sysapi import PR_SET_DUMPABLE, prctl
+    from .worker import Worker, max_fd
+
+    prctl(PR_SET_DUMPABLE, 0)  # inherited: neither the template nor its workers can be traced or read
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        mine.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        mine.close()
+        limit = max_fd()
+
+        def birth(sock: socket.socket) -> NoReturn:
+            Worker(sock, config, opts, cpus).serve(limit)
+
+        template.serve(theirs, birth, joins=[os.dup(int(fd)) for fd in joins])
+    theirs.close()
+    return pid, mine
 
 
 def run_template(config: dict[str, Any]) -> NoReturn:

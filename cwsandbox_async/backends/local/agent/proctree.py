@@ -113,29 +113,43 @@ def rusage_children_seconds() -> float:
 class SandboxCpu:
     """CPU time of everything in the sandbox so far, for ``sandbox_cpu_seconds``.
 
-    Read from the sandbox's cgroup, when the driver passed its usage file (``fd``:
-    v1 ``cpuacct.usage`` in ns, v2 ``cpu.stat``'s ``usage_usec``): one exact read.
-    Without it ``read`` is None: walking every process of the sandbox twice per exec
-    would cost a fifth of a short exec, and no figure is better than a wrong one
-    (the Sandbox layer then never calls a timeout starved).
+    From the sandbox's cgroup when the driver passed its usage file (``fd``: v1
+    ``cpuacct.usage`` in ns, v2 ``cpu.stat``'s ``usage_usec``): one exact read. Else,
+    when the agent is PID 1 of the sandbox's own PID namespace (so ``/proc`` lists the
+    sandbox's processes and nothing else): its own time, what it reaped, and every
+    other process's own and reaped children's time -- each CPU-second is in exactly
+    one of those places (a process reaped between two reads can count twice: an
+    overestimate, which never makes a timeout look starved). One directory listing
+    and one read per process, clock-tick resolution. Otherwise (an agent on the
+    host) ``read`` is None: no figure is better than a wrong one.
     """
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "own_ns")
 
     def __init__(self, fd: int | None = None) -> None:
         self.fd = fd
+        self.own_ns = os.getpid() == 1
 
     def read(self) -> float | None:
-        if self.fd is None:
+        if self.fd is not None:
+            try:
+                text = os.pread(self.fd, 4096, 0).decode("ascii", "replace")
+            except OSError:
+                return None
+            for line in text.splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+            return int(text) / 1e9 if text.strip().isdigit() else None
+        if not self.own_ns:
             return None
-        try:
-            text = os.pread(self.fd, 4096, 0).decode("ascii", "replace")
-        except OSError:
-            return None
-        for line in text.splitlines():
-            if line.startswith("usage_usec "):
-                return int(line.split()[1]) / 1e6
-        return int(text) / 1e9 if text.strip().isdigit() else None
+        me = os.times()
+        ticks = 0
+        for name in os.listdir("/proc"):
+            if name.isdigit() and name != "1":
+                fields = stat_fields(int(name))
+                if fields is not None and len(fields) > 14:
+                    ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        return me.user + me.system + me.children_user + me.children_system + ticks / CLK_TCK
 
 
 class TreeSampler:

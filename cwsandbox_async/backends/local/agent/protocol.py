@@ -22,12 +22,11 @@ Agent -> client:
 - ``OUT`` / ``ERR`` an output chunk of that exec (raw bytes)
 - ``DONE``  meta ``{"rc", "w" (wall s), "u" (cpu s), "to" (timed out), "tr" (truncated),
   "oom" (OOM-killed), "cx" (CPU budget exceeded), "cw" (run-queue wait s, or null),
-  "sc" (CPU s of everything in the sandbox meanwhile, or null), "oc" (the commands' cgroup's
-  OOM-kill count now)}``
+  "sc" (CPU s of everything in the sandbox meanwhile, or null)}``
 - ``DATA``  a file's contents (raw)
 - ``OK``    empty (write done, pong)
 - ``FAIL``  meta ``{"k": kind, "m": message}``; kinds: ``file``, ``invalid``, ``internal``
-- ``HELLO`` (id 0) meta ``{"pid", "python", "subreaper", "template", "workers", "hardening", "oc"}``,
+- ``HELLO`` (id 0) meta ``{"pid", "python", "subreaper", "template", "workers", "hardening"}``,
   once, when the agent is ready
 """
 

@@ -25,7 +25,7 @@ import time
 
 from . import oom, proctree, sysapi, template
 from .execs import KILLED_BY_EXCLUSIVE, STOPPED_ITS_WORKER, Exec, WorkerHandle
-from .protocol import R_DONE, R_ERR, pack_meta, unpack_meta
+from .protocol import R_DONE, R_ERR, SPAWN_FAILED, pack_meta, unpack_meta
 from .worker import (
     D_CPU_EXCEEDED,
     D_TIMED_OUT,
@@ -89,23 +89,20 @@ class Scheduler:
 
     # -- machinery -----------------------------------------------------------------
     def start_machinery(self) -> None:
-        """Not dumpable, subreaper, preload, then fork the template -- all before any request.
-
-        Workers are born only once the first request arrived: by then the driver has
-        moved the template into the commands' cgroup, and every worker inherits it.
-        """
+        """Not dumpable, subreaper, and the template (forked by ``main.run`` already, else now) -- all
+        before any request. Workers are born only once the first request arrived."""
         # Not dumpable (the template and workers inherit it; commands, being exec'd or made
         # dumpable again, do not): commands cannot ptrace them or read their memory or fds.
         sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)
         self.subreaper = sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
         if self.config.get("die_with_parent"):
             sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
-        for name in self.config.get("preload") or ():
-            try:
-                __import__(name)
-            except Exception:  # a module missing from this image is simply not preloaded
-                continue
-        self.fork_template()
+        early = self.boot.get("template")
+        if early is not None:  # forked by ``main.run`` already, before this object existed
+            self.template_pid, self.template_sock = early
+            self.sel.register(self.template_sock, selectors.EVENT_READ, "template")
+        else:
+            self.fork_template()
 
     def fork_template(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -247,9 +244,24 @@ class Scheduler:
             if ex.exclusive:
                 self.exclusive = ex
                 break
+        if time.monotonic() < self.refill_after:
+            return  # a birth just failed (the pids limit?): try again at refill_after
         for _ in range(max(0, wanted - len(self.starting))):
             if not self.request_worker():
+                self.birth_failed()
                 break
+
+    def birth_failed(self) -> None:
+        """No worker could be born (the sandbox's pids limit, most likely: the program's own doing). The
+        oldest queued exec ends at once with ``SPAWN_FAILED``, the rest wait ``refill_pause``."""
+        self.refill_after = time.monotonic() + self.settings.refill_pause
+        if not self.queue:
+            return
+        ex = self.queue.popleft()
+        del self.execs[ex.rid]
+        self.send(ex.rid, R_ERR, b"cwsandbox: cannot start the command: no process available (pids limit?)\n")
+        done = {"rc": SPAWN_FAILED, "w": 0.0, "u": 0.0, "to": False, "tr": False, "oom": False, "cx": False}
+        self.send(ex.rid, R_DONE, pack_meta({**done, "cw": None, "sc": None}))
 
     def take_worker(self, py: bool) -> WorkerHandle | None:
         for handle in reversed(self.idle):
@@ -382,8 +394,10 @@ class Scheduler:
         """A worker's socket closed or the worker was reaped: requeue or end its exec."""
         if handle.sock.fileno() >= 0:
             self.retire(handle)
-        if not handle.pid:  # never born (the template died or hit the pids limit)
+        if not handle.pid:  # never born: the template died (a new one is started) or hit the pids limit
             self.kill_orphans()
+            if self.template_pid and proctree.alive(self.template_pid):
+                self.birth_failed()
         ex, handle.busy = handle.busy, None
         if ex is None:
             return
@@ -446,11 +460,15 @@ class Scheduler:
                 out.append(ex.deadline if ex.acked else ex.ack_deadline)
             elif ex.wait_until is not None:
                 out.append(time.monotonic() + _EXCLUSIVE_POLL)
-        if self.served and not self.idle and not self.starting:
+        if (self.queue or self.active()) and not self.idle and not self.starting:
             out.append(max(time.monotonic() + 0.002, self.refill_after))
-        elif len(self.idle) > 1 and not self.execs:
+        elif self.idle and not self.execs:
             out.append(self.last_exec + self.settings.idle_trim)
         return out
+
+    def active(self) -> bool:
+        """A request arrived within the last ``idle_trim`` seconds (then a spare worker is kept)."""
+        return self.served and (bool(self.execs) or time.monotonic() < self.last_exec + self.settings.idle_trim)
 
     def check_deadlines(self, now: float) -> None:
         for ex in list(self.execs.values()):
@@ -475,13 +493,15 @@ class Scheduler:
             self.schedule()
 
     def maintain(self, idle: bool, now: float) -> None:
-        """Retire idle workers beyond one after ``idle_trim``; keep one spare ready."""
-        if len(self.idle) > 1 and not self.execs and now >= self.last_exec + self.settings.idle_trim:
-            keep = next((h for h in self.idle if not h.dirty), self.idle[0])
+        """Keep one spare worker while requests come; after ``idle_trim`` without any, retire every idle
+        worker (the template births the next one in about a millisecond; an idle sandbox then holds
+        only the agent and the template). Without a live template one clean worker is kept."""
+        if self.idle and not self.execs and now >= self.last_exec + self.settings.idle_trim:
+            keep = None if self.template_sock is not None else next((h for h in self.idle if not h.dirty), None)
             for handle in list(self.idle):
                 if handle is not keep:
                     self.retire(handle)
-        spare = idle and self.served and not self.idle and not self.starting and now >= self.refill_after
+        spare = idle and self.active() and not self.idle and not self.starting and now >= self.refill_after
         if spare and not self.request_worker():  # at the pids limit (a fork bomb?): try again later
             self.refill_after = now + self.settings.refill_pause
 
@@ -521,7 +541,6 @@ class Scheduler:
             "cx": bool(flags & D_CPU_EXCEEDED),
             "cw": wait,
             "sc": ex.sandbox_cpu,
-            "oc": count,
         }
         self.send(ex.rid, R_DONE, pack_meta(done))
 

@@ -200,6 +200,19 @@ def assemble(instructions: list[tuple[int, int, int, int]]) -> bytes:
     return b"".join(_INSN.pack(*insn) for insn in instructions)
 
 
+#: The native machine's filter, assembled once at import (in a zygote: before any sandbox exists,
+#: so the bytes are shared, not rebuilt in every newborn).
+NATIVE = assemble(program(sysapi.MACHINE)) if sysapi.MACHINE in AUDIT_ARCH else b""
+
+if sysapi.AVAILABLE:
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        """``struct sock_fprog``: length in instructions, pointer to them."""
+
+        _fields_: ClassVar[Any] = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
 def install(machine: str | None = None) -> str:
     """Set NO_NEW_PRIVS and install the filter on this process (and so its future children).
 
@@ -207,14 +220,9 @@ def install(machine: str | None = None) -> str:
     support) and ``ValueError`` on a machine without a filter. Irrevocable.
     """
     machine = machine or sysapi.MACHINE
-    code = assemble(program(machine))
+    code = NATIVE if machine == sysapi.MACHINE and NATIVE else assemble(program(machine))
     if not sysapi.AVAILABLE:
         raise OSError(errno.ENOSYS, "seccomp: no ctypes in this Python")
-    import ctypes
-
-    class SockFprog(ctypes.Structure):
-        _fields_: ClassVar[Any] = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
     buf = ctypes.create_string_buffer(code, len(code))
     prog = SockFprog(len(code) // _INSN.size, ctypes.cast(buf, ctypes.c_void_p))
     if not sysapi.prctl(sysapi.PR_SET_NO_NEW_PRIVS, 1):

@@ -83,7 +83,6 @@ class Agent(scheduler.Scheduler):
             "template": self.template_pid,
             "workers": [h.pid for h in self.idle],
             "hardening": self.boot.get("hardening") or {},
-            "oc": self.oom.read() if self.oom.enabled else 0,
         }
         self.send(0, R_HELLO, pack_meta(hello))
 
