@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
 import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -277,3 +279,36 @@ async def test_a_dead_template_is_replaced_and_its_sandboxes_fail_cleanly(tag: s
         assert (await new.exec(["echo", "born again"])).stdout == "born again\n"
         assert backend._template is not template  # type: ignore[attr-defined]
     assert await LocalBackend().list([tag]) == []
+
+
+CHECKOUT_DRIVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import cwsandbox_async as cwa
+    from cwsandbox_async.backends.local import _template
+
+    async def main():
+        assert _template.AGENT_DIR.startswith(sys.argv[1]), _template.AGENT_DIR
+        async with cwa.Session(backend="local", backend_options={"isolation": "unshare"}) as s:
+            sb = await s.sandbox()
+            r = await sb.exec("ls /run/cwsandbox/cwsandbox_agent/_zygote.py")
+            print(r.stdout or r.stderr, end="")
+            print((await sb.run_python("print(6 * 7)")).stdout, end="")
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_checkout_under_tmp_still_binds_its_agent_package(tmp_path: Path) -> None:
+    """The template stages its root on /tmp: a package that lives under /tmp must still be bound."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(cwa.__file__).parent, copy / "cwsandbox_async", ignore=shutil.ignore_patterns("__pycache__"))
+    proc = await anyio.run_process(
+        [sys.executable, "-c", CHECKOUT_DRIVER, str(copy)],
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        cwd=str(tmp_path),  # not this checkout: "" comes first on sys.path
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode() == "/run/cwsandbox/cwsandbox_agent/_zygote.py\n42\n"

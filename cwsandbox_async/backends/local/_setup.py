@@ -96,8 +96,8 @@ class Setup:
                 await self._ensure_template()
                 self._probe = Probe("unshare", drop_uid=self._ids.ranged)
             except SandboxBackendUnavailableError as exc:
-                if self._agent_kind != "auto" or self._bwrap is None:
-                    raise
+                if self._requested != "auto" or self._agent_kind != "auto" or self._bwrap is None:
+                    raise  # isolation="unshare" (or agent="python") was asked for by name: no fallback
                 log.warning("the sandbox template cannot run here; using the plain exec path", error=str(exc))
         if self._probe is None:
             self._probe = await self._plain_probe()
