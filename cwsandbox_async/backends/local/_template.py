@@ -8,20 +8,26 @@ then writes the birth configuration (and the cgroup fds) to the channel itself, 
 never sees it, and waits for the newborn's ``B`` record carrying a pidfd of its first process.
 The two are separate so the driver prepares the sandbox's cgroups while the template forks.
 
-Why this design (measured on a 2-core VM, Python 3.11, in one run each; see
-``benchmarks/results.d/local-zygote.md`` for the commands):
+Why this design (measured on a 2-core VM shared with other jobs, load average 8-19, Python 3.11; every
+figure against a baseline in the same run, see ``benchmarks/results.d/local-zygote.md``):
 
-=====================================================================  ==============
-fork of a small Python + unshare(user, mnt, uts, ipc, pid, net) + child     ~2-4 ms
-birth from the template (that, plus cgroups, mounts, channel, pidfd)       ~2.4 ms p50
-``bwrap --unshare-all ... python3 -I -c agent`` (the previous design)      37-74 ms
-=====================================================================  ==============
+=============================================================  ==========================================
+sandbox per create, the previous design                        ``bwrap`` + a fresh ``python3`` agent
+                                                               each time: ~9x the fork+unshare floor
+born from this template (cgroups, registry, namespaces,       4.5-7.8x the floor (p50); CPU 15 ms per
+mounts, hardening, the agent's hello)                          create+stop vs 1.3 ms for the floor
+a fresh sandbox per HumanEval program, 4 at a time             0.98x nsjail per run (was 2.3x)
+idle memory per sandbox, 1,000 live                            1.50x a bare ``python3 -I -S`` (was 2.45x)
+=============================================================  ==========================================
 
 A bwrap per sandbox pays a process exec and an interpreter start for every sandbox and keeps one
 more process (bwrap) alive per sandbox; the template pays them once. The template has its own
 user namespace so that, as root, it can map a range of unprivileged host uids and give every
 sandbox its own (bwrap maps a single uid). Nothing in the template's memory ever came from a
-request: it reads nothing but ``F``.
+request: it reads nothing but ``F``. Considered and not done yet: the template ``clone()``-ing the
+sandbox's PID 1 directly with ``CLONE_NEWPID`` (one fork less per birth); the namespaces would then
+be owned by the template's user namespace, and forbidding nested user namespaces for a driver that is
+not root would need another mechanism than ``user.max_user_namespaces`` (read-only ``/proc/sys`` by then).
 
 Failures: ``start`` raises ``SandboxBackendUnavailableError`` with the template's error output;
 ``fork``/``deliver`` raise ``SandboxCreationError`` with the newborn's error output (or ``OSError`` for the
