@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shutil
 import signal
@@ -211,9 +212,23 @@ async def test_bad_inputs_are_validation_errors(tag: str) -> None:
         assert sb.exec_stats["exec_count"] == 0
         with pytest.raises(cwa.SandboxValidationError):
             await s.sandbox(working_dir="/")
-    for options in ({"isolation": "bogus"}, {"sandbox_uid": 0}, {"expose": ["relative"]}, {"hide": ["/"]}):
+    bad_options: list[dict[str, object]] = [
+        {"isolation": "bogus"},
+        {"sandbox_uid": 0},
+        {"expose": ["relative"]},
+        {"hide": ["/"]},
+        {"isolation": "bwrap", "agent": "python"},
+        {"cpu_weight": 0},
+        {"exit_grace_seconds": 0},
+        {"worker_idle_trim_seconds": -1.0},
+        {"plain_file_timeout_seconds": float("nan")},
+        {"no_such_option": 1.0},
+    ]
+    for options in bad_options:
         with pytest.raises(cwa.SandboxValidationError):
             load_backend("local", **options)
+    assert LocalBackend(exit_grace_seconds=None).options.exit_grace == 0.5  # None: the default
+    assert LocalBackend(worker_idle_trim_seconds=math.inf).options.worker_idle_trim == math.inf
     backend = LocalBackend()
     with pytest.raises(cwa.SandboxValidationError):
         await backend.create(

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import signal
-from typing import Any
 
 import anyio
 
@@ -105,7 +104,3 @@ class Link:
             transport.close()
         self._transports = []
         self.newborn.close()
-
-    @property
-    def info(self) -> dict[str, Any]:
-        return {"pid": self.newborn.pid}
