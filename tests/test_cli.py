@@ -275,7 +275,7 @@ async def test_doctor_reports_what_this_machine_enforces(state: list[str]) -> No
     assert all(c["probe"] for c in local.values()), "every claim names the probe behind it"
     for name in HOLD_HERE:
         assert local[name]["status"] == "ok", local[name]
-    assert doc["local"]["facts"]["isolation"] == "bwrap"
+    assert doc["local"]["facts"]["isolation"] == "unshare"  # born from the template
     assert checks(doc["kubernetes"])["config"]["status"] == "skip"  # no kubeconfig: skipped, not failed
     assert r.code == (0 if doc["ok"] else 1)
     assert doc["ok"] == all(c["status"] != "fail" for s in ("local", "kubernetes") for c in doc[s]["checks"])

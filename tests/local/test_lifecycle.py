@@ -82,11 +82,12 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
     assert host_processes_matching(f"sleep {marker}".encode()) == []
 
     async with local_session(tag) as s:
-        found = await s.list([tag])  # the owner is gone: listing reaps them (and says so)
+        found = await s.list([tag])
         assert sorted(i.sandbox_id for i in found) == sorted(info["ids"])
-        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED and i.reaped for i in found)
+        assert all(i.owner_alive is False and i.status is cwa.SandboxStatus.FAILED and not i.reaped for i in found)
+        swept = await s.sweep([tag])
+        assert sorted(swept) == sorted(info["ids"])
         assert await s.list([tag]) == []
-        assert await s.sweep([tag]) == []
     assert not any(exists(p) for p in info["cgroups"])
 
 

@@ -1,4 +1,4 @@
-"""The registry: entries whose owner process is gone are reaped by ``list`` (its tags only, never a live owner's)."""
+"""The registry: a new run of a driver reaps what dead drivers of its kind left (never a live owner's)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import time
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
 from cwsandbox_async.backends.local._registry import Registry, proc_start_time
+
+from .conftest import requires_isolation
+
+pytestmark = requires_isolation
 
 
 def entry(sandbox_id: str, tags: list[str], owner_pid: int, owner_start: int | None) -> dict[str, object]:
@@ -32,7 +36,7 @@ def dead_pid() -> int:
     return child.pid
 
 
-async def test_list_reaps_entries_of_dead_owners_only(tag: str, tmp_path: object) -> None:
+async def test_the_first_create_with_a_tag_reaps_dead_owners_entries_only(tag: str, tmp_path: object) -> None:
     state = str(tmp_path)
     os.chmod(state, 0o700)
     registry = Registry(state)
@@ -43,16 +47,24 @@ async def test_list_reaps_entries_of_dead_owners_only(tag: str, tmp_path: object
     registry.write(entry(f"{tag}-other", [f"{tag}-x"], gone, 12345))
     registry.write(entry(f"{tag}-reused", [tag], me[0], (me[1] or 0) + 1))  # our pid, another start: gone
     backend = LocalBackend(state_dir=state)
+    try:
+        listed = {i.sandbox_id: i for i in await backend.list([tag])}  # list only reads
+        assert set(listed) == {f"{tag}-dead", f"{tag}-live", f"{tag}-reused"} and not any(
+            i.reaped for i in listed.values()
+        )
+        assert registry.read(f"{tag}-dead") is not None
 
-    listed = {i.sandbox_id: i for i in await backend.list([tag])}
-    assert set(listed) == {f"{tag}-dead", f"{tag}-live", f"{tag}-reused"}
-    assert listed[f"{tag}-dead"].reaped and listed[f"{tag}-dead"].status is cwa.SandboxStatus.FAILED
-    assert listed[f"{tag}-reused"].reaped
-    assert not listed[f"{tag}-live"].reaped and listed[f"{tag}-live"].owner_alive
-    assert registry.read(f"{tag}-dead") is None and registry.read(f"{tag}-reused") is None
-    assert registry.read(f"{tag}-live") is not None
-    assert registry.read(f"{tag}-other") is not None  # not this list's tags
-
-    assert all(not i.reaped for i in await backend.list())  # no tags: nothing is reaped
-    assert registry.read(f"{tag}-other") is not None
-    assert [i.sandbox_id for i in await backend.list([tag])] == [f"{tag}-live"]  # listed as reaped only once
+        async with cwa.Session(cwa.SandboxDefaults(tags=(tag,)), backend=backend) as s:
+            sb = await s.sandbox()  # the first create with this tag reaps the dead owners' entries
+            assert registry.read(f"{tag}-dead") is None and registry.read(f"{tag}-reused") is None
+            assert registry.read(f"{tag}-live") is not None  # a live owner's: never touched
+            assert registry.read(f"{tag}-other") is not None  # not this run's tags
+            listed = {i.sandbox_id: i for i in await s.list()}
+            assert listed[f"{tag}-dead"].reaped and listed[f"{tag}-dead"].status is cwa.SandboxStatus.FAILED
+            assert listed[f"{tag}-reused"].reaped
+            assert not listed[f"{tag}-live"].reaped and listed[f"{tag}-live"].owner_alive
+            assert not listed[sb.sandbox_id].reaped
+    finally:
+        for name in ("live", "other"):
+            registry.remove(f"{tag}-{name}")
+        await backend.aclose()

@@ -51,7 +51,7 @@ from ..._errors import (
     SandboxValidationError,
 )
 from ..._log import log
-from ..._types import ExecExit, ExecRequest, SandboxSpec, SandboxStatus
+from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
 from ..base import Backend, OutputCallback
 from ._born import Births
 from ._box import Box, HostIds
@@ -158,6 +158,8 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
         self._template: Template | None = None
         self._boxes: dict[str, Box] = {}
         self._destroyed: dict[str, None] = {}
+        self._reaped: dict[str, SandboxInfo] = {}
+        self._reaped_tags: set[tuple[str, ...]] = set()
         self._probe: Probe | None = None
         self._probe_lock: anyio.Lock | None = None
         self._image_logged = False
@@ -201,6 +203,7 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
             self._image_logged = True
             log.info("the local backend has no images; image ignored", image=spec.defaults.image)
         found = await self._ensure_probe()
+        await self.reap_for(spec.defaults.tags)  # once per tag set: leftovers of dead drivers of this kind
         box = Box(spec)
         self._boxes[sid] = box
         try:
