@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._calls import call_backend
+from ._calls import call_backend, destroy
 from ._errors import (
     SandboxError,
     SandboxExecutionError,
@@ -315,16 +315,7 @@ class Sandbox:
                     return
                 self._status = SandboxStatus.TERMINATING
                 try:
-                    await call_backend(
-                        "destroy",
-                        self._timeouts.stop_seconds,
-                        lambda: backend.destroy(sid),
-                        sandbox_id=sid,
-                        budget=self._budget,
-                    )
-                except SandboxError as exc:
-                    log.warning("sandbox destroy failed", sandbox_id=sid, error=repr(exc))
-                    raise
+                    await destroy(backend, sid, seconds=self._timeouts.stop_seconds, budget=self._budget)
                 finally:
                     self._status = SandboxStatus.COMPLETED
                     lifetime = time.monotonic() - self._started

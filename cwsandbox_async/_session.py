@@ -18,7 +18,7 @@ import anyio
 import structlog
 
 from ._budget import CloseBudget
-from ._calls import call_backend
+from ._calls import call_backend, destroy
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
 from ._sandbox import Sandbox
@@ -294,17 +294,8 @@ class Session:
 
     async def _destroy_quietly(self, sandbox_id: str) -> None:
         """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log failures."""
-        backend = self.backend
-        try:
-            await call_backend(
-                "destroy",
-                self.timeouts.stop_seconds,
-                lambda: backend.destroy(sandbox_id),
-                sandbox_id=sandbox_id,
-                budget=self.close_budget,
-            )
-        except SandboxError as exc:
-            log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))
+        with contextlib.suppress(SandboxError):  # destroy() logged it
+            await destroy(self.backend, sandbox_id, seconds=self.timeouts.stop_seconds, budget=self.close_budget)
 
     def _forget(self, sb: Sandbox) -> None:
         self._sandboxes.pop(sb.sandbox_id, None)
