@@ -181,15 +181,9 @@ class Session:
         self._state = SessionState.CLOSING
         with self.close_budget.closing(self.timeouts.close_seconds) as scope:
             for closer in reversed(self._closers):
-                try:
-                    await closer()
-                except SandboxError as exc:
-                    log.warning("closing a pool failed", error=repr(exc))
+                await _quietly("closing a pool", closer)
             await self._stop_all()
-            try:
-                await self.backend.aclose()
-            except SandboxError as exc:
-                log.warning("backend close failed", error=repr(exc))
+            await _quietly("closing the backend", self.backend.aclose)
         if scope.cancelled_caught:
             log.warning(
                 "session close hit its deadline",
@@ -211,12 +205,11 @@ class Session:
 
         async def stop_one(sb: Sandbox) -> None:
             async with limiter:
-                with contextlib.suppress(SandboxError):  # stop() logged it
-                    await sb.stop()
+                await _quietly("stopping a sandbox", sb.stop, logged=True)
 
         async def destroy_id(sandbox_id: str) -> None:
             async with limiter:
-                await self._destroy_quietly(sandbox_id)
+                await _quietly("destroying a sandbox", lambda: self._destroy_quietly(sandbox_id), logged=True)
 
         async with anyio.create_task_group() as tg:
             for sb in list(self._sandboxes.values()):
@@ -361,6 +354,18 @@ class Session:
     def snapshot(self) -> MetricsSnapshot:
         """The metrics since the last flush, frozen (``.as_dict()`` gives the ``cwsandbox/*`` mapping)."""
         return self.metrics.snapshot()
+
+
+async def _quietly(what: str, step: Callable[[], Awaitable[None]], *, logged: bool = False) -> None:
+    """One step of a close: a ``SandboxError`` is logged as a warning (unless ``logged`` already), any
+    other exception (a bug) at ERROR, and the close goes on either way: it must release everything."""
+    try:
+        await step()
+    except SandboxError as exc:
+        if not logged:
+            log.warning(f"{what} failed", error=repr(exc))
+    except Exception as exc:  # a bug below: seen in the log at ERROR, and the close still completes
+        log.error(f"{what} failed with a bug", error=repr(exc))
 
 
 class _SandboxOpener:
