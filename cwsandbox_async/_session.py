@@ -10,7 +10,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from ._budget import CloseBudget
 from ._calls import call_backend, destroy
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
-from ._sandbox import Sandbox
+from ._sandbox import Sandbox, SandboxOpener
 from ._settings import Timeouts
 from ._signals import on_sigterm, pending_signal
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
@@ -235,7 +235,7 @@ class Session:
             self._closers.remove(closer)
 
     # -- sandboxes -------------------------------------------------------------
-    def sandbox(self, **overrides: Any) -> _SandboxOpener:
+    def sandbox(self, **overrides: Any) -> SandboxOpener:
         """Create a sandbox: ``sb = await session.sandbox()`` or ``async with session.sandbox() as sb``.
 
         ``overrides`` are ``SandboxDefaults`` fields for this sandbox (tags and env merge).
@@ -243,7 +243,7 @@ class Session:
         is not ready within ``create_timeout_seconds``.
         """
         defaults = self.defaults.with_overrides(**overrides) if overrides else self.defaults
-        return _SandboxOpener(self, defaults)
+        return SandboxOpener(lambda: self.create_sandbox(defaults))
 
     async def create_sandbox(self, defaults: SandboxDefaults | None = None) -> Sandbox:
         """Create one sandbox with ``defaults`` (the session's if None) and wait until it is ready."""
@@ -366,27 +366,3 @@ async def _quietly(what: str, step: Callable[[], Awaitable[None]], *, logged: bo
             log.warning(f"{what} failed", error=repr(exc))
     except Exception as exc:  # a bug below: seen in the log at ERROR, and the close still completes
         log.error(f"{what} failed with a bug", error=repr(exc))
-
-
-class _SandboxOpener:
-    """``await session.sandbox()`` gives a Sandbox; ``async with session.sandbox()`` stops it on exit."""
-
-    __slots__ = ("_defaults", "_sandbox", "_session")
-
-    def __init__(self, session: Session, defaults: SandboxDefaults) -> None:
-        self._session = session
-        self._defaults = defaults
-        self._sandbox: Sandbox | None = None
-
-    def __await__(self) -> Generator[Any, None, Sandbox]:
-        return self._session.create_sandbox(self._defaults).__await__()
-
-    async def __aenter__(self) -> Sandbox:
-        self._sandbox = await self._session.create_sandbox(self._defaults)
-        return self._sandbox
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._sandbox is not None
-        await self._sandbox.__aexit__(exc_type, exc, tb)
