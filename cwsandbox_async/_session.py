@@ -6,8 +6,6 @@ import builtins
 import contextlib
 import contextvars
 import enum
-import os
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -23,7 +21,7 @@ from ._errors import SandboxError, SandboxValidationError
 from ._log import log
 from ._sandbox import Sandbox, SandboxOpener
 from ._settings import Timeouts
-from ._signals import on_sigterm, pending_signal
+from ._signals import die_of_pending_signal, on_sigterm
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
@@ -146,10 +144,7 @@ class Session:
                     self._body = None
                     await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
         finally:
-            sig = pending_signal()
-            if sig is not None:
-                signal.signal(sig, signal.SIG_DFL)
-                os.kill(os.getpid(), sig)  # die of the signal, as the default handler would have
+            die_of_pending_signal()
 
     def _on_sigterm(self) -> None:
         if self._body is not None:
