@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("cwsandbox", reason="the coreweave extra (cwsandbox, grpcio) is not installed")
 
-from cwsandbox_async.backends.coreweave import CoreWeaveBackend  # noqa: E402
+from cwsandbox_async.backends.coreweave import CoreWeaveBackend
 
-from .server import CoreWeaveTestServer  # noqa: E402
+from .server import CoreWeaveTestServer
 
 BackendFactory = Callable[..., CoreWeaveBackend]
 

@@ -148,7 +148,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         task.add_done_callback(self._tasks.discard)
 
     # -- lifecycle ---------------------------------------------------------------
-    async def CreateSandbox(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def CreateSandbox(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             if request.request_id and request.request_id in self._by_request:
                 return self.boxes[self._by_request[request.request_id]].sandbox  # idempotent retry
@@ -173,7 +173,9 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
     async def _start(self, box: Box) -> None:
         container = box.sandbox.spec.containers[0]
         workdir = next((m.mount_path for m in container.volume_mounts), None) or container.working_dir or "/workspace"
-        defaults = SandboxDefaults(env=dict(container.environment_variables), working_dir=workdir, resources=Resources())
+        defaults = SandboxDefaults(
+            env=dict(container.environment_variables), working_dir=workdir, resources=Resources()
+        )
         try:
             await asyncio.sleep(self.faults.start_delay)
             if self.faults.fail_start is not None:
@@ -190,13 +192,13 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         finally:
             box.ready.set()
 
-    async def GetSandbox(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def GetSandbox(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             return self._box(request.sandbox_id).sandbox
 
         return await self._serve("GetSandbox", request, context, handle)
 
-    async def ListSandboxes(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def ListSandboxes(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             wanted = set(request.tags)
             found = [
@@ -224,7 +226,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         if box.state == pb.STATE_TERMINATING:
             box.set_state(pb.STATE_COMPLETED)
 
-    async def DeleteSandbox(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def DeleteSandbox(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             box = self.boxes.get(request.sandbox_id)
             if box is None:
@@ -239,7 +241,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
         return await self._serve("DeleteSandbox", request, context, handle)
 
-    async def PurgeSandboxes(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def PurgeSandboxes(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             if not request.tags and not request.purge_all:
                 raise Abort(C.INVALID_ARGUMENT, "tags or purge_all is required", "CWSANDBOX_INVALID_REQUEST")
@@ -269,7 +271,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             await self.local.destroy(box.local_id)
         raise Abort(C.UNAVAILABLE, f"sandbox {box.sandbox.sandbox_id} exited: {reason}")
 
-    async def Exec(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def Exec(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             box = self._box(request.sandbox_id, running=True)
             if self.faults.die_during_exec:
@@ -294,7 +296,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
         return await self._serve("Exec", request, context, handle)
 
-    async def StreamExec(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def StreamExec(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         first = await anext(aiter(request_iterator), None)
         try:
             await self._enter("StreamExec", first, context)
@@ -354,7 +356,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         await context.write(pb.ExecStreamResponse(exit=exit_frame))
 
     # -- files -------------------------------------------------------------------
-    async def ReadFile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def ReadFile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             box = self._box(request.sandbox_id, running=True)
             try:
@@ -365,7 +367,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
         return await self._serve("ReadFile", request, context, handle)
 
-    async def WriteFile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def WriteFile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
             box = self._box(request.sandbox_id, running=True)
             if len(request.content) > FILE_CAP:

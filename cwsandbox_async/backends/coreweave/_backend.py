@@ -251,7 +251,9 @@ class CoreWeaveBackend(Backend):
         if status is SandboxStatus.RUNNING:
             if error is not None:
                 raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
-            raise SandboxTransportError(f"exec stream of {sandbox_id} ended without an exit status", sandbox_id=sandbox_id)
+            raise SandboxTransportError(
+                f"exec stream of {sandbox_id} ended without an exit status", sandbox_id=sandbox_id
+            )
         reason = sandbox.status.state_reason if sandbox is not None else "gone"
         if "oom" in reason.lower():
             log.info("coreweave sandbox OOM-killed during exec", sandbox_id=sandbox_id, reason=reason)
@@ -259,7 +261,9 @@ class CoreWeaveBackend(Backend):
             return ExecExit(-9, bytes(out.stdout[:cap]), bytes(out.stderr[:cap]), wall, oom_killed=True)
         if sandbox_id in self._destroyed:
             raise SandboxTerminatedError(f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id)
-        raise SandboxNotRunningError(f"{what}: sandbox {sandbox_id} is {status.value} ({reason})", sandbox_id=sandbox_id)
+        raise SandboxNotRunningError(
+            f"{what}: sandbox {sandbox_id} is {status.value} ({reason})", sandbox_id=sandbox_id
+        )
 
     # -- files -----------------------------------------------------------------
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
@@ -274,15 +278,15 @@ class CoreWeaveBackend(Backend):
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         service_id = await self._usable(sandbox_id)
-        channel, timeout = self._ensure(), self.options.file_timeout_seconds
+        channel, seconds = self._ensure(), self.options.file_timeout_seconds
         try:
-            await _files.write(channel, service_id, path, data, timeout)
+            await _files.write(channel, service_id, path, data, seconds)
             return
         except RpcError as exc:
             error = translate(exc.failure, f"write {path}", sandbox_id=sandbox_id, path=path)
             if not (isinstance(error, SandboxFileError) and exc.failure.reason == "CWSANDBOX_FILE_NOT_FOUND"):
                 raise error from exc.cause
-        mkdir = ExecRequest(tuple(_files.mkdir_argv(path)), "/", {}, None, timeout, 64 * 1024)
+        mkdir = ExecRequest(tuple(_files.mkdir_argv(path)), "/", {}, None, seconds, 64 * 1024)
         made = await self.exec(sandbox_id, mkdir)
         if made.returncode != 0:
             raise SandboxFileError(
@@ -291,7 +295,7 @@ class CoreWeaveBackend(Backend):
                 path=path,
             )
         try:
-            await _files.write(channel, service_id, path, data, timeout)
+            await _files.write(channel, service_id, path, data, seconds)
         except RpcError as exc:
             raise translate(exc.failure, f"write {path}", sandbox_id=sandbox_id, path=path) from exc.cause
 
@@ -423,4 +427,3 @@ class CoreWeaveBackend(Backend):
 
 def _created(infos: Sequence[SandboxInfo], sandbox_id: str) -> float:
     return next(i.created_at for i in infos if i.sandbox_id == sandbox_id)
-

@@ -38,7 +38,6 @@ __all__ = ["Channel", "RpcError"]
 T = TypeVar("T")
 
 
-
 class RpcError(Exception):
     """A call that ended with a non-OK status (internal: the backend translates it)."""
 
@@ -60,8 +59,13 @@ async def _settled(call: Any) -> Any:
     Waiting on a plain future that the call completes keeps the original cancellation;
     the call itself is cancelled on the way out.
     """
-    waiter = asyncio.get_running_loop().create_future()
-    call.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    call.add_done_callback(wake)
     try:
         await waiter
     except asyncio.CancelledError:
@@ -105,7 +109,8 @@ class Channel:
             )
         else:
             self._channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
-        self.stub = sandbox_pb2_grpc.SandboxServiceStub(self._channel)
+        stub_class: Any = sandbox_pb2_grpc.SandboxServiceStub  # generated code, untyped
+        self.stub = stub_class(self._channel)
         self._slots = anyio.Semaphore(options.max_in_flight)
 
     def retrying(self, idempotent: bool, what: str) -> AsyncRetrying:
@@ -134,18 +139,16 @@ class Channel:
             reraise=True,
         )
 
-    async def unary(
-        self, method: str, request: Any, *, timeout: float | None = None, idempotent: bool = True
-    ) -> Any:
+    async def unary(self, method: str, request: Any, *, deadline: float | None = None, idempotent: bool = True) -> Any:
         """Call unary ``method`` (a stub attribute, e.g. ``"GetSandbox"``); raise ``RpcError`` on failure."""
         rpc = getattr(self.stub, method)
-        deadline = self.options.request_timeout_seconds if timeout is None else timeout
+        seconds = self.options.request_timeout_seconds if deadline is None else deadline
 
         async def attempt() -> Any:
             self.calls[method] += 1
             async with self._slots:
                 try:
-                    return await _settled(rpc(request, timeout=deadline, metadata=self.metadata))
+                    return await _settled(rpc(request, timeout=seconds, metadata=self.metadata))
                 except grpc.aio.AioRpcError as exc:
                     raise _parse(exc) from exc
 
@@ -166,16 +169,16 @@ class Channel:
 
         return await self.retrying(idempotent, method)(again)
 
-    def stream(self, method: str, *, timeout: float) -> StreamCall:
+    def stream(self, method: str, *, deadline: float) -> StreamCall:
         """A bidirectional stream call, opened by ``async with``; see ``StreamCall``."""
-        return StreamCall(self, method, timeout)
+        return StreamCall(self, method, deadline)
 
     async def aclose(self) -> None:
         await self._channel.close(grace=None)
 
 
 class StreamCall:
-    """``async with channel.stream("StreamExec", timeout=t) as call:`` holds an in-flight slot for the stream.
+    """``async with channel.stream("StreamExec", deadline=t) as call:`` holds an in-flight slot for the stream.
 
     ``call.write(msg)``, ``call.done_writing()``, ``call.read()`` are grpc.aio's; a failed
     status surfaces from them as ``RpcError``. Leaving the block cancels a call still open.

@@ -119,7 +119,9 @@ class RpcFailure:
         return f"{what}: {self.code.name} {self.message}{tail}".rstrip()
 
 
-def translate(failure: RpcFailure, what: str, *, sandbox_id: str | None = None, path: str | None = None) -> SandboxError:
+def translate(
+    failure: RpcFailure, what: str, *, sandbox_id: str | None = None, path: str | None = None
+) -> SandboxError:
     """The library error for a failed call ``what`` (e.g. ``"create sandbox"``). Never raises."""
     code, reason, text = failure.code, failure.reason, failure.describe(what)
     if reason in FILE_REASONS or (path is not None and code in (C.NOT_FOUND, C.PERMISSION_DENIED)):

@@ -132,7 +132,7 @@ async def run_unary(
         sandbox_id=service_id, command=argv, env=dict(request.env), max_output_bytes=request.max_output_bytes + 1
     )
     try:
-        resp = await channel.unary("Exec", msg, timeout=_deadline(request, slack), idempotent=False)
+        resp = await channel.unary("Exec", msg, deadline=_deadline(request, slack), idempotent=False)
     except RpcError as exc:
         if exc.failure.code.name == "DEADLINE_EXCEEDED" and exc.failure.reason is None:
             out.deadline_hit = True
@@ -164,7 +164,7 @@ async def run_stream(
     init = sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv, env=dict(request.env))
     stdin = request.stdin or b""
     try:
-        async with channel.stream("StreamExec", timeout=_deadline(request, slack)) as call:
+        async with channel.stream("StreamExec", deadline=_deadline(request, slack)) as call:
             await call.write(sandbox_pb2.ExecStreamRequest(init=init))
             for i in range(0, len(stdin), STDIN_CHUNK):
                 await call.write(sandbox_pb2.ExecStreamRequest(stdin=stdin[i : i + STDIN_CHUNK]))
@@ -198,5 +198,3 @@ async def run_stream(
         else:
             out.error = exc
     return out
-
-

@@ -27,17 +27,19 @@ def too_large(sandbox_id: str, path: str, size: int, max_bytes: int) -> SandboxF
     )
 
 
-async def read(channel: Channel, service_id: str, path: str, timeout: float) -> bytes:
+async def read(channel: Channel, service_id: str, path: str, deadline: float) -> bytes:
     """The file's bytes; ``RpcError`` as the service answered."""
     from cwsandbox._proto import sandbox_pb2
 
-    resp = await channel.unary("ReadFile", sandbox_pb2.ReadFileRequest(sandbox_id=service_id, path=path), timeout=timeout)
+    resp = await channel.unary(
+        "ReadFile", sandbox_pb2.ReadFileRequest(sandbox_id=service_id, path=path), deadline=deadline
+    )
     return bytes(resp.content)
 
 
-async def write(channel: Channel, service_id: str, path: str, data: bytes, timeout: float) -> None:
+async def write(channel: Channel, service_id: str, path: str, data: bytes, deadline: float) -> None:
     """Replace the file (idempotent, so retried like a read); ``RpcError`` as the service answered."""
     from cwsandbox._proto import sandbox_pb2
 
     msg = sandbox_pb2.WriteFileRequest(sandbox_id=service_id, path=path, content=data)
-    await channel.unary("WriteFile", msg, timeout=timeout)
+    await channel.unary("WriteFile", msg, deadline=deadline)
