@@ -84,7 +84,7 @@ class Abort(Exception):
         self.reason = reason
         self.retry_delay = retry_delay
 
-    def trailers(self) -> tuple[tuple[str, bytes], ...] | None:
+    def trailers(self) -> tuple[tuple[str, bytes], ...]:
         if self.reason is None and self.retry_delay is None:
-            return None
+            return ()
         return status_details(self.code, self.message, self.reason, self.retry_delay)

@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ class Record:
     method: str
     message: Any
     metadata: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -100,6 +102,9 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self.active_execs = 0
+        #: calls of each method open at once, now and at the most
+        self.in_flight: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
 
     # -- helpers -----------------------------------------------------------------
     def calls(self, method: str) -> list[Any]:
@@ -127,11 +132,15 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
     async def _serve(
         self, method: str, request: Any, context: grpc.aio.ServicerContext, handler: Callable[[], Any]
     ) -> Any:
+        self.in_flight[method] += 1
+        self.peak[method] = max(self.peak[method], self.in_flight[method])
         try:
             await self._enter(method, request, context)
             return await handler()
         except Abort as exc:
             await context.abort(exc.code, exc.message, trailing_metadata=exc.trailers())
+        finally:
+            self.in_flight[method] -= 1
 
     def _box(self, sandbox_id: str, *, running: bool = False) -> Box:
         box = self.boxes.get(sandbox_id)

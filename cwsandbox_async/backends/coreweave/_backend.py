@@ -122,12 +122,14 @@ class CoreWeaveBackend(Backend):
         while len(self._destroyed) > MAX_REMEMBERED:
             self._destroyed.popitem(last=False)
 
-    async def _pages(self, tags: Sequence[str]) -> builtins.list[Any]:
+    async def _pages(self, tags: Sequence[str], *, show_terminated: bool = False) -> builtins.list[Any]:
         from cwsandbox._proto import sandbox_pb2 as pb
 
         channel, found, token = self._ensure(), [], ""
         while True:
-            req = pb.ListSandboxesRequest(page_size=PAGE_SIZE, page_token=token, tags=list(tags))
+            req = pb.ListSandboxesRequest(
+                page_size=PAGE_SIZE, page_token=token, tags=list(tags), show_terminated=show_terminated
+            )
             resp = await channel.unary("ListSandboxes", req)
             found.extend(resp.sandboxes)
             token = resp.next_page_token
@@ -136,7 +138,9 @@ class CoreWeaveBackend(Backend):
 
     async def _list_own(self) -> dict[str, Any]:
         try:
-            return {sb.sandbox_id: sb for sb in await self._pages([driver_tag(self.driver_id)])}
+            # terminated ones too: a sandbox that failed to start must end its create's wait
+            found = await self._pages([driver_tag(self.driver_id)], show_terminated=True)
+            return {sb.sandbox_id: sb for sb in found}
         except RpcError as exc:
             raise translate(exc.failure, "list sandboxes") from exc
 
@@ -195,8 +199,8 @@ class CoreWeaveBackend(Backend):
         channel = self._ensure()
         opts = self.options
         cpu, fsize = self._limits.get(sandbox_id, (None, None))
-        argv = wrap(request, opts.kill_after_seconds, cpu_seconds=cpu, file_size_mib=fsize)
-        streamed = opts.exec_rpc == "stream" or (opts.exec_rpc == "auto" and (request.stdin or on_output))
+        streamed = opts.exec_rpc == "stream" or (opts.exec_rpc == "auto" and bool(request.stdin or on_output))
+        argv = wrap(request, opts.kill_after_seconds, cpu_seconds=cpu, file_size_mib=fsize, cap_inside=not streamed)
         start = time.monotonic()
         if streamed:
             out = await self._stream_with_retries(channel, service_id, request, argv, on_output)
@@ -415,8 +419,8 @@ class CoreWeaveBackend(Backend):
             if channel is not None and self._created_any and self.options.sweep_on_close:
                 try:
                     if not await self._purge([driver_tag(self.driver_id)]):
-                        for sb in await self._list_own():
-                            await self._delete(sb, None)
+                        for sb in await self._pages([driver_tag(self.driver_id)]):
+                            await self._delete(sb.sandbox_id, None)
                 except SandboxError as exc:
                     log.warning("coreweave final sweep failed", error=repr(exc))
         finally:

@@ -11,9 +11,12 @@ timeout and no process-tree kill of its own. So every command runs under
   for ``Resources.file_size_mib``;
 - ``timeout -k K T`` (coreutils/busybox) for the wall timeout: it signals the command's
   whole process group, and the service then returns the output captured so far;
-- each of stdout and stderr through ``head -c CAP+1``: once a stream passes the cap the
-  command's next write gets SIGPIPE, so a flood ends at once. More than CAP bytes seen
-  means ``truncated``; the client keeps CAP.
+- on the unary path, each of stdout and stderr through ``head -c CAP+1``: once a stream
+  passes the cap the command's next write gets SIGPIPE, so a flood ends at once. More
+  than CAP bytes seen means ``truncated``; the client keeps CAP. On the streaming path
+  the output goes straight to the service (``head`` buffers through stdio, which would
+  hold streamed output back) and the client counts: past the cap it cancels the call,
+  which ends the command.
 
 Measured (benchmarks/bench_coreweave.py): a unary ``Exec`` costs the client about half
 the CPU of a ``StreamExec`` round (init, close, ready, output, exit), so ``exec_rpc="auto"``
@@ -50,6 +53,7 @@ WRAPPER = (
     '[ "$c" = 0 ] || ulimit -t "$c" 2>/dev/null; '
     '[ "$f" = 0 ] || ulimit -f "$f" 2>/dev/null; '
     'if command -v timeout >/dev/null 2>&1; then set -- timeout -k "$k" "$t" "$@"; fi; '
+    '[ "$n" = 0 ] && exec "$@"; '
     "exec 5>&1 6>&2; "
     's=$( { { { "$@" 5>&- 6>&- 7>&-; echo $? >&7; } | head -c "$n" >&5; } 2>&1 | head -c "$n" >&6; } 7>&1 ); '
     'exit "${s:-255}"'
@@ -64,7 +68,12 @@ def _seconds(value: float) -> str:
 
 
 def wrap(
-    request: ExecRequest, kill_after: float, *, cpu_seconds: float | None = None, file_size_mib: int | None = None
+    request: ExecRequest,
+    kill_after: float,
+    *,
+    cpu_seconds: float | None = None,
+    file_size_mib: int | None = None,
+    cap_inside: bool = True,
 ) -> list[str]:
     """The argv that runs ``request`` under ``WRAPPER``; ``cpu_seconds``/``file_size_mib`` are the
     sandbox's per-process limits (``Resources``), combined with the request's CPU budget."""
@@ -75,7 +84,7 @@ def wrap(
         request.cwd,
         _seconds(request.timeout_seconds),
         _seconds(kill_after),
-        str(request.max_output_bytes + 1),
+        str(request.max_output_bytes + 1) if cap_inside else "0",
         str(cpu),
         str(blocks),
         "1" if request.exclusive else "0",
