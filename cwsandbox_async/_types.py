@@ -95,7 +95,7 @@ class SandboxDefaults:
     #: The CoreWeave SDK's name for ``image`` (an init-only alias: read ``image``).
     container_image: dataclasses.InitVar[str | None] = None
 
-    def __post_init__(self, container_image: str | None = None) -> None:
+    def __post_init__(self, container_image: str | None) -> None:
         from ._validate import validate_overrides
 
         values: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
