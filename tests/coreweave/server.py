@@ -316,7 +316,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             await context.write(pb.ExecStreamResponse(ready=pb.ExecStreamReady(ready_time=_now())))
             stdin = bytearray()
             async for msg in request_iterator:
-                self.requests.append(Record("StreamExec", msg, {}))
+                self.requests.append(Record("StreamExec.message", msg, {}))
                 kind = msg.WhichOneof("message")
                 if kind == "stdin":
                     stdin += msg.stdin

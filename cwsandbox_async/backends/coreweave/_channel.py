@@ -111,7 +111,7 @@ class Channel:
             self._channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
         stub_class: Any = sandbox_pb2_grpc.SandboxServiceStub  # generated code, untyped
         self.stub = stub_class(self._channel)
-        self._slots = anyio.Semaphore(options.max_in_flight)
+        self._slots = anyio.Semaphore(options.max_in_flight, fast_acquire=True)  # no loop round trip when free
 
     def retrying(self, idempotent: bool, what: str) -> AsyncRetrying:
         """The retry policy (see the module docstring) for a call named ``what``."""
