@@ -10,10 +10,10 @@ show_terminated, pages), Delete, Purge, Exec, StreamExec, ReadFile, WriteFile; t
 
 Every call is recorded (``requests``: method, message, metadata); ``faults`` injects
 failures (see ``faults.Faults``). Semantics chosen where the protocol leaves them open:
-a command's output past ``max_output_bytes`` ends it (the backend does not depend on
-this: its wrapper caps output inside the sandbox); StreamExec starts the command once
-the client half-closes stdin; WriteFile creates parent directories unless
-``write_creates_parents=False``. It proves protocol use, not the service's behaviour.
+unary Exec drains a command's output past ``max_output_bytes`` and only cuts the answer
+(as ``*_bytes_produced`` suggests), so the backend's own in-sandbox cap is what stops a
+flood; StreamExec starts the command once the client half-closes stdin; WriteFile creates
+parent directories unless ``write_creates_parents=False``. It proves protocol use, not the service's behaviour.
 
     python -m tests.coreweave.server   # prints http://127.0.0.1:PORT, serves until stdin closes
 """
@@ -48,6 +48,8 @@ TERMINAL = (pb.STATE_COMPLETED, pb.STATE_FAILED, pb.STATE_TERMINATED)
 MAX_EXEC_SECONDS = 3600.0
 #: ReadFile/WriteFile refuse more than this (the SDK's unary cap).
 FILE_CAP = 32 * 1024 * 1024
+#: How much output of one exec the server reads before it ends the command anyway.
+DRAIN_CAP = 64 * 1024 * 1024
 
 
 @dataclass
@@ -105,6 +107,8 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         #: calls of each method open at once, now and at the most
         self.in_flight: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
+        #: every unary Exec answer sent (``*_bytes_produced`` tells how far a command got)
+        self.exec_responses: list[Any] = []
 
     # -- helpers -----------------------------------------------------------------
     def calls(self, method: str) -> list[Any]:
@@ -270,7 +274,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         timeout = MAX_EXEC_SECONDS if remaining is None else max(0.05, min(remaining, MAX_EXEC_SECONDS))
         container = box.sandbox.spec.containers[0]
         cwd = next((m.mount_path for m in container.volume_mounts), None) or container.working_dir or "/workspace"
-        return ExecRequest(tuple(argv), cwd, dict(env), stdin, timeout, cap or FILE_CAP * 2)
+        return ExecRequest(tuple(argv), cwd, dict(env), stdin, timeout, cap or DRAIN_CAP)
 
     async def _died(self, box: Box) -> None:
         """Fault ``die_during_exec``: the sandbox's container ends (e.g. OOMKilled) under the command."""
@@ -285,7 +289,9 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             box = self._box(request.sandbox_id, running=True)
             if self.faults.die_during_exec:
                 await self._died(box)
-            req = self._exec_request(box, request.command, request.env, None, request.max_output_bytes, context)
+            # the service drains past max_output_bytes and counts (``*_bytes_produced``): the command is
+            # not ended at the cap; only the answer is cut (the local sandbox bounds the drain at DRAIN_CAP)
+            req = self._exec_request(box, request.command, request.env, None, DRAIN_CAP, context)
             self.active_execs += 1
             try:
                 ex = await self.local.exec(box.local_id, req)
@@ -293,15 +299,18 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
                 raise Abort(C.FAILED_PRECONDITION, str(exc), "CWSANDBOX_SANDBOX_NOT_RUNNING") from exc
             finally:
                 self.active_execs -= 1
-            return pb.ExecResponse(
-                stdout=ex.stdout,
-                stderr=ex.stderr,
+            cap = request.max_output_bytes or DRAIN_CAP
+            response = pb.ExecResponse(
+                stdout=ex.stdout[:cap],
+                stderr=ex.stderr[:cap],
                 exit_code=_exit_code(ex.returncode),
-                stdout_truncated=ex.truncated and len(ex.stdout) >= req.max_output_bytes,
-                stderr_truncated=ex.truncated and len(ex.stderr) >= req.max_output_bytes,
+                stdout_truncated=len(ex.stdout) > cap,
+                stderr_truncated=len(ex.stderr) > cap,
                 stdout_bytes_produced=len(ex.stdout),
                 stderr_bytes_produced=len(ex.stderr),
             )
+            self.exec_responses.append(response)
+            return response
 
         return await self._serve("Exec", request, context, handle)
 

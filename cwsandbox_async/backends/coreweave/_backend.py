@@ -211,7 +211,12 @@ class CoreWeaveBackend(Backend):
             return await self._exec_failed(sandbox_id, service_id, request, out, wall, out.error)
         if out.exit_code is None and not (out.deadline_hit or out.truncated):
             return await self._exec_failed(sandbox_id, service_id, request, out, wall, None)
-        return out.judge(request, wall)
+        result = out.judge(request, wall)
+        if on_output is not None and not streamed:  # exec_rpc="unary": the output arrives at once
+            for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
+                if data:
+                    await on_output(name, data)  # type: ignore[arg-type]
+        return result
 
     async def _stream_with_retries(
         self, channel: Channel, service_id: str, request: ExecRequest, argv: Sequence[str], on_output: Any

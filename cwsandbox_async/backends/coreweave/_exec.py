@@ -7,7 +7,8 @@ timeout and no process-tree kill of its own. So every command runs under
 - ``cd`` to the request's cwd (a cwd that does not exist exits 127);
 - with ``exclusive``, ``kill -KILL -1`` first: every other process of the sandbox dies
   (the sandbox's PID 1 is immune, see ``KEEPALIVE``);
-- ``ulimit -t`` for the CPU budget (the request's or ``Resources.cpu_seconds``), ``ulimit -f``
+- ``ulimit -t`` for the CPU budget (the request's or ``Resources.cpu_seconds``: SIGXCPU at the
+  budget, SIGKILL a second later for a program that catches it), ``ulimit -f``
   for ``Resources.file_size_mib``;
 - ``timeout -k K T`` (coreutils/busybox) for the wall timeout: it signals the command's
   whole process group, and the service then returns the output captured so far;
@@ -50,7 +51,7 @@ WRAPPER = (
     'cd -- "$1" 2>/dev/null || { echo "cwsandbox: no directory $1" >&2; exit 127; }; '
     "t=$2; k=$3; n=$4; c=$5; f=$6; x=$7; shift 7; "
     '[ "$x" = 1 ] && kill -KILL -1 2>/dev/null; '
-    '[ "$c" = 0 ] || ulimit -t "$c" 2>/dev/null; '
+    '[ "$c" = 0 ] || { ulimit -S -t "$c" && ulimit -H -t $((c + 1)); } 2>/dev/null; '
     '[ "$f" = 0 ] || ulimit -f "$f" 2>/dev/null; '
     'if command -v timeout >/dev/null 2>&1; then set -- timeout -k "$k" "$t" "$@"; fi; '
     '[ "$n" = 0 ] && exec "$@"; '
