@@ -25,6 +25,8 @@ class Faults:
     unavailable: dict[str, int] = field(default_factory=dict)
     #: method -> how many calls to answer UNAVAILABLE with no details (a broken connection)
     bare_unavailable: dict[str, int] = field(default_factory=dict)
+    #: method -> how many calls to serve, then answer UNAVAILABLE anyway (the answer was lost)
+    lose_responses: dict[str, int] = field(default_factory=dict)
     #: method -> how many calls to answer RESOURCE_EXHAUSTED with a RetryInfo of ``retry_delay``
     exhausted: dict[str, int] = field(default_factory=dict)
     retry_delay: float = 0.05

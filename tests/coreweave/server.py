@@ -140,7 +140,10 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self.peak[method] = max(self.peak[method], self.in_flight[method])
         try:
             await self._enter(method, request, context)
-            return await handler()
+            answer = await handler()
+            if self.faults.take(self.faults.lose_responses, method):
+                raise Abort(C.UNAVAILABLE, "connection reset after the call was served (injected)")
+            return answer
         except Abort as exc:
             await context.abort(exc.code, exc.message, trailing_metadata=exc.trailers())
         finally:

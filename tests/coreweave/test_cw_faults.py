@@ -26,7 +26,8 @@ async def test_create_is_retried_with_one_idempotency_key(
     cw_server: CoreWeaveTestServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
-    cw_server.service.faults.unavailable["CreateSandbox"] = 2
+    cw_server.service.faults.unavailable["CreateSandbox"] = 1  # refused
+    cw_server.service.faults.lose_responses["CreateSandbox"] = 1  # served, but the answer was lost
     spec = make_spec("retry")
     await backend.create(spec)
     creates = cw_server.service.calls("CreateSandbox")
