@@ -1,6 +1,6 @@
 """The clients bench_coreweave compares, each run in its own process (so getrusage sees only it).
 
-    python -m benchmarks._coreweave_clients {ours,ours-stream,sdk} URL N_SANDBOXES EXECS_EACH
+    python -m benchmarks._coreweave_clients {ours,ours-stream,bare,sdk} URL N_SANDBOXES EXECS_EACH
     python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
 
 The first form prints ``{"cpu_seconds", "wall_seconds", "execs"}``: client CPU (user +
@@ -45,6 +45,35 @@ async def ours(url: str, n: int, each: int, exec_rpc: str) -> dict[str, float]:
         await asyncio.gather(*(run(sb, 3) for sb in sandboxes))  # warm-up
         c0, t0 = cpu(), time.perf_counter()
         await asyncio.gather(*(run(sb, each) for sb in sandboxes))
+        c1, t1 = cpu(), time.perf_counter()
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+
+
+async def bare(url: str, n: int, each: int) -> dict[str, float]:
+    """Diagnostic: this library's channel sending the SDK's exec (argv ``true``, no wrapper), so the server
+    does the same work per exec as for the SDK; the difference to ``ours`` is the wrapper's server-side time."""
+    from cwsandbox._proto import sandbox_pb2 as pb
+
+    import cwsandbox_async as cwa
+
+    async with cwa.Session(
+        cwa.SandboxDefaults(tags=("bench",)), backend="coreweave", backend_options={"base_url": url}
+    ) as s:
+        sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
+        backend: Any = s.backend
+        channel = backend.channel
+        ids = [backend._ids[sb.sandbox_id] for sb in sandboxes]
+
+        async def run(service_id: str, k: int) -> None:
+            for _ in range(k):
+                r = await channel.unary(
+                    "Exec", pb.ExecRequest(sandbox_id=service_id, command=["true"]), idempotent=False
+                )
+                assert r.exit_code == 0
+
+        await asyncio.gather(*(run(i, 3) for i in ids))
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(run(i, each) for i in ids))
         c1, t1 = cpu(), time.perf_counter()
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
@@ -120,6 +149,8 @@ def main() -> None:
     mode, *args = sys.argv[1:]
     if mode in ("ours", "ours-stream"):
         out: Any = asyncio.run(ours(args[0], int(args[1]), int(args[2]), "stream" if mode == "ours-stream" else "auto"))
+    elif mode == "bare":
+        out = asyncio.run(bare(args[0], int(args[1]), int(args[2])))
     elif mode == "sdk":
         out = asyncio.run(sdk(args[0], int(args[1]), int(args[2])))
     elif mode == "calls-ours":
