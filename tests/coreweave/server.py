@@ -23,74 +23,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import grpc.aio
 from cwsandbox._proto import sandbox_pb2 as pb
 from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
-from google.protobuf import timestamp_pb2
 
-from cwsandbox_async._errors import SandboxError, SandboxFileError, SandboxNotRunningError
+from cwsandbox_async._errors import SandboxError, SandboxFileError
 from cwsandbox_async._types import ExecRequest, Resources, SandboxDefaults, SandboxSpec
 from cwsandbox_async.backends import Backend, load_backend
 
+from .exec_service import ExecHandlers
 from .faults import Abort, Faults
+from .state import TERMINAL, Box, Record, now
 
 C = grpc.StatusCode
-TERMINAL = (pb.STATE_COMPLETED, pb.STATE_FAILED, pb.STATE_TERMINATED)
-#: Longest a command may run when the call has no deadline.
-MAX_EXEC_SECONDS = 3600.0
 #: ReadFile/WriteFile refuse more than this (the SDK's unary cap).
 FILE_CAP = 32 * 1024 * 1024
-#: How much output of one exec the server reads before it ends the command anyway.
-DRAIN_CAP = 64 * 1024 * 1024
 
 
-@dataclass
-class Record:
-    """One received call."""
-
-    method: str
-    message: Any
-    metadata: dict[str, str]
-    at: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class Box:
-    """One sandbox: its protobuf view and the local sandbox behind it."""
-
-    sandbox: Any
-    local_id: str
-    request_id: str
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    execs: int = 0
-
-    @property
-    def state(self) -> int:
-        return int(self.sandbox.status.state)
-
-    def set_state(self, state: int, reason: str = "") -> None:
-        self.sandbox.status.state = state
-        if reason:
-            self.sandbox.status.state_reason = reason
-        if state in TERMINAL:
-            self.sandbox.status.end_time.CopyFrom(_now())
-
-
-def _now() -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(time.time_ns())
-    return ts
-
-
-class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
+class SandboxService(ExecHandlers, pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
     """The servicer. ``local`` runs the sandboxes; ``api_key`` (if set) is required as a Bearer token."""
 
     def __init__(self, local: Backend, *, api_key: str | None = None, write_creates_parents: bool = True) -> None:
@@ -174,7 +130,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             sid = f"cw-{next(self._ids):05d}-{uuid.uuid4().hex[:6]}"
             sandbox = pb.Sandbox(sandbox_id=sid, spec=spec)
             sandbox.status.state = pb.STATE_CREATING
-            sandbox.status.create_time.CopyFrom(_now())
+            sandbox.status.create_time.CopyFrom(now())
             if spec.max_lifetime_seconds:
                 sandbox.status.effective_max_lifetime_seconds = spec.max_lifetime_seconds
             box = Box(sandbox, f"sbx-{sid}", request.request_id)
@@ -200,7 +156,7 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             await self.local.create(SandboxSpec(box.local_id, "coreweave-test-server", defaults))
             if box.state == pb.STATE_CREATING:
                 box.set_state(pb.STATE_RUNNING)
-                box.sandbox.status.start_time.CopyFrom(_now())
+                box.sandbox.status.start_time.CopyFrom(now())
             else:  # deleted while starting
                 await self.local.destroy(box.local_id)
         except SandboxError as exc:
@@ -269,113 +225,6 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
         return await self._serve("PurgeSandboxes", request, context, handle)
 
-    # -- exec --------------------------------------------------------------------
-    def _exec_request(self, box: Box, argv: Any, env: Any, stdin: bytes | None, cap: int, context: Any) -> ExecRequest:
-        if not argv:
-            raise Abort(C.INVALID_ARGUMENT, "command is required", "CWSANDBOX_INVALID_REQUEST")
-        remaining = context.time_remaining()
-        timeout = MAX_EXEC_SECONDS if remaining is None else max(0.05, min(remaining, MAX_EXEC_SECONDS))
-        container = box.sandbox.spec.containers[0]
-        cwd = next((m.mount_path for m in container.volume_mounts), None) or container.working_dir or "/workspace"
-        return ExecRequest(tuple(argv), cwd, dict(env), stdin, timeout, cap or DRAIN_CAP)
-
-    async def _died(self, box: Box) -> None:
-        """Fault ``die_during_exec``: the sandbox's container ends (e.g. OOMKilled) under the command."""
-        reason, self.faults.die_during_exec = self.faults.die_during_exec, None
-        box.set_state(pb.STATE_FAILED, reason or "Error")
-        with contextlib.suppress(SandboxError):
-            await self.local.destroy(box.local_id)
-        raise Abort(C.UNAVAILABLE, f"sandbox {box.sandbox.sandbox_id} exited: {reason}")
-
-    async def Exec(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        async def handle() -> Any:
-            box = self._box(request.sandbox_id, running=True)
-            if self.faults.die_during_exec:
-                await self._died(box)
-            # the service drains past max_output_bytes and counts (``*_bytes_produced``): the command is
-            # not ended at the cap; only the answer is cut (the local sandbox bounds the drain at DRAIN_CAP)
-            req = self._exec_request(box, request.command, request.env, None, DRAIN_CAP, context)
-            self.active_execs += 1
-            try:
-                ex = await self.local.exec(box.local_id, req)
-            except SandboxNotRunningError as exc:
-                raise Abort(C.FAILED_PRECONDITION, str(exc), "CWSANDBOX_SANDBOX_NOT_RUNNING") from exc
-            finally:
-                self.active_execs -= 1
-            cap = request.max_output_bytes or DRAIN_CAP
-            response = pb.ExecResponse(
-                stdout=ex.stdout[:cap],
-                stderr=ex.stderr[:cap],
-                exit_code=_exit_code(ex.returncode),
-                stdout_truncated=len(ex.stdout) > cap,
-                stderr_truncated=len(ex.stderr) > cap,
-                stdout_bytes_produced=len(ex.stdout),
-                stderr_bytes_produced=len(ex.stderr),
-            )
-            self.exec_responses.append(response)
-            return response
-
-        return await self._serve("Exec", request, context, handle)
-
-    async def StreamExec(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        first = await anext(aiter(request_iterator), None)
-        try:
-            await self._enter("StreamExec", first, context)
-            if first is None or first.WhichOneof("message") != "init":
-                raise Abort(C.INVALID_ARGUMENT, "the first message must be init", "CWSANDBOX_INVALID_REQUEST")
-            init = first.init
-            box = self._box(init.sandbox_id, running=True)
-            await context.write(pb.ExecStreamResponse(ready=pb.ExecStreamReady(ready_time=_now())))
-            stdin = bytearray()
-            async for msg in request_iterator:
-                self.requests.append(Record("StreamExec.message", msg, {}))
-                kind = msg.WhichOneof("message")
-                if kind == "stdin":
-                    stdin += msg.stdin
-                elif kind == "close":
-                    break
-            if self.faults.die_during_exec:
-                await self._died(box)
-            req = self._exec_request(box, init.command, init.env, bytes(stdin) or None, 0, context)
-            await self._stream(box, req, context)
-        except Abort as exc:
-            await context.abort(exc.code, exc.message, trailing_metadata=exc.trailers())
-
-    async def _stream(self, box: Box, req: ExecRequest, context: grpc.aio.ServicerContext) -> None:
-        frames = 0
-        faults = self.faults
-        cut = faults.cut_stream_after
-
-        class Cut(Exception):
-            pass
-
-        async def on_output(stream: str, data: bytes) -> None:
-            nonlocal frames
-            if cut is not None and frames >= cut:
-                raise Cut
-            kind = pb.ExecStreamOutput.STREAM_STDOUT if stream == "stdout" else pb.ExecStreamOutput.STREAM_STDERR
-            await context.write(pb.ExecStreamResponse(output=pb.ExecStreamOutput(stream=kind, data=data)))
-            frames += 1
-
-        self.active_execs += 1
-        try:
-            ex = await self.local.exec(box.local_id, req, on_output)
-        except Cut:
-            faults.cut_stream_after = None
-            if faults.cut_code is not None:
-                raise Abort(faults.cut_code, "stream cut (injected)") from None
-            return  # an OK end with no exit frame
-        except SandboxNotRunningError as exc:
-            raise Abort(C.FAILED_PRECONDITION, str(exc), "CWSANDBOX_SANDBOX_NOT_RUNNING") from exc
-        finally:
-            self.active_execs -= 1
-        if faults.stream_error_code is not None:
-            code, faults.stream_error_code = faults.stream_error_code, None
-            await context.write(pb.ExecStreamResponse(error=pb.ExecStreamError(code=code, message="injected")))
-            return
-        exit_frame = pb.ExecStreamExit(exit_code=_exit_code(ex.returncode), completed_time=_now())
-        await context.write(pb.ExecStreamResponse(exit=exit_frame))
-
     # -- files -------------------------------------------------------------------
     async def ReadFile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def handle() -> Any:
@@ -412,11 +261,6 @@ class SandboxService(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(self._terminate(b) for b in self.live()), return_exceptions=True)
-
-
-def _exit_code(returncode: int) -> int:
-    """The shell's view of a signal death (128 + n), as a container runtime reports it."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def _file_abort(message: str, path: str) -> Abort:

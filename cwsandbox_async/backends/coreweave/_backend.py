@@ -9,8 +9,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
-
 from ..._errors import (
     SandboxBackendUnavailableError,
     SandboxCreationError,
@@ -18,20 +16,19 @@ from ..._errors import (
     SandboxFileError,
     SandboxNotRunningError,
     SandboxTerminatedError,
-    SandboxTransportError,
-    SandboxValidationError,
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
-from ..._validate import validate_tags, validate_timeout
 from ..base import Backend, OutputCallback
 from . import _files
 from ._channel import Channel, RpcError
 from ._convert import MANAGED_TAG, create_request, driver_tag, id_tag, sandbox_info, status_of
+from ._diagnose import diagnose
 from ._errors import translate
 from ._exec import ExecOutcome, run_stream, run_unary, wrap
 from ._options import CoreWeaveOptions
 from ._ready import Readiness
+from ._sweep import purge, sweep
 
 __all__ = ["CoreWeaveBackend"]
 
@@ -208,15 +205,21 @@ class CoreWeaveBackend(Backend):
             out = await run_unary(channel, service_id, request, argv, opts.exec_slack_seconds)
         wall = time.monotonic() - start
         if out.error is not None:
-            return await self._exec_failed(sandbox_id, service_id, request, out, wall, out.error)
+            return await self._diagnose(sandbox_id, service_id, request, out, wall)
         if out.exit_code is None and not (out.deadline_hit or out.truncated):
-            return await self._exec_failed(sandbox_id, service_id, request, out, wall, None)
+            return await self._diagnose(sandbox_id, service_id, request, out, wall)
         result = out.judge(request, wall)
         if on_output is not None and not streamed:  # exec_rpc="unary": the output arrives at once
             for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
                 if data:
                     await on_output(name, data)  # type: ignore[arg-type]
         return result
+
+    async def _diagnose(
+        self, sandbox_id: str, service_id: str, request: ExecRequest, out: ExecOutcome, wall: float
+    ) -> ExecExit:
+        destroyed = sandbox_id in self._destroyed
+        return await diagnose(self._ensure(), sandbox_id, service_id, request, out, wall, destroyed=destroyed)
 
     async def _stream_with_retries(
         self, channel: Channel, service_id: str, request: ExecRequest, argv: Sequence[str], on_output: Any
@@ -234,45 +237,6 @@ class CoreWeaveBackend(Backend):
         except RpcError as exc:
             return ExecOutcome(error=exc)
         return result
-
-    async def _exec_failed(
-        self,
-        sandbox_id: str,
-        service_id: str,
-        request: ExecRequest,
-        out: ExecOutcome,
-        wall: float,
-        error: RpcError | None,
-    ) -> ExecExit:
-        """Why did the exec fail? A dead sandbox beats a broken stream; an OOM kill is the program's outcome."""
-        from cwsandbox._proto import sandbox_pb2 as pb
-
-        what = "exec" if error is None else f"exec ({error.failure.code.name})"
-        try:
-            sandbox = await self._ensure().unary("GetSandbox", pb.GetSandboxRequest(sandbox_id=service_id))
-        except RpcError as exc:
-            sandbox = None
-            if exc.failure.code.name != "NOT_FOUND":
-                if error is not None:
-                    raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
-                raise translate(exc.failure, "get sandbox", sandbox_id=sandbox_id) from exc.cause
-        status = status_of(sandbox.status.state) if sandbox is not None else SandboxStatus.COMPLETED
-        if status is SandboxStatus.RUNNING:
-            if error is not None:
-                raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
-            raise SandboxTransportError(
-                f"exec stream of {sandbox_id} ended without an exit status", sandbox_id=sandbox_id
-            )
-        reason = sandbox.status.state_reason if sandbox is not None else "gone"
-        if "oom" in reason.lower():
-            log.info("coreweave sandbox OOM-killed during exec", sandbox_id=sandbox_id, reason=reason)
-            cap = request.max_output_bytes
-            return ExecExit(-9, bytes(out.stdout[:cap]), bytes(out.stderr[:cap]), wall, oom_killed=True)
-        if sandbox_id in self._destroyed:
-            raise SandboxTerminatedError(f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id)
-        raise SandboxNotRunningError(
-            f"{what}: sandbox {sandbox_id} is {status.value} ({reason})", sandbox_id=sandbox_id
-        )
 
     # -- files -----------------------------------------------------------------
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
@@ -364,55 +328,21 @@ class CoreWeaveBackend(Backend):
         return infos
 
     # -- extras ----------------------------------------------------------------
-    async def _purge(self, tags: Sequence[str]) -> bool:
-        """One ``PurgeSandboxes`` for every sandbox carrying all of ``tags``; False if the service lacks it."""
-        from cwsandbox._proto import sandbox_pb2 as pb
-
-        req = pb.PurgeSandboxesRequest(tags=list(tags), request_id=str(uuid.uuid4()))
-        try:
-            resp = await self._ensure().unary("PurgeSandboxes", req)
-        except RpcError as exc:
-            if exc.failure.code.name == "UNIMPLEMENTED":
-                return False
-            raise translate(exc.failure, "purge sandboxes") from exc.cause
-        if resp.failed_sandbox_ids or resp.retryable_failed_sandbox_ids:
-            log.warning(
-                "coreweave purge left sandboxes",
-                failed=list(resp.failed_sandbox_ids),
-                retryable=list(resp.retryable_failed_sandbox_ids),
-            )
-        return True
-
     async def sweep(
         self, tags: Sequence[str] = (), *, older_than_seconds: float | None = None, include_own: bool = False
     ) -> builtins.list[str]:
         """Delete this library's sandboxes carrying all of ``tags`` (leftovers of crashed drivers), optionally
         only those older than ``older_than_seconds``; this backend's own only with ``include_own``. One
         ``PurgeSandboxes`` call when that selects exactly the victims. Returns the ids deleted."""
-        wanted = validate_tags(tags)
-        min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
-        if not wanted and min_age is None:
-            raise SandboxValidationError("sweep needs tags or older_than_seconds, so it cannot delete everything")
-        now = time.time()
-        infos = await self.list(wanted)
-        own = {i.sandbox_id for i in infos if i.sandbox_id in self._limits}
-        victims = [i.sandbox_id for i in infos if (include_own or i.sandbox_id not in own)]
-        victims = [v for v in victims if min_age is None or now - _created(infos, v) >= min_age]
-        if victims and len(victims) == len(infos) and await self._purge([MANAGED_TAG, *wanted]):
-            for v in victims:
-                self._remember_destroyed(v)
-        else:
-            async with anyio.create_task_group() as tg:
-                for v in victims:
-                    tg.start_soon(self._sweep_one, v)
-        log.info("coreweave sweep", tags=list(wanted), swept=len(victims))
-        return victims
+        return await sweep(self, tags, older_than_seconds=older_than_seconds, include_own=include_own)
 
-    async def _sweep_one(self, sandbox_id: str) -> None:
-        try:
-            await self.destroy(sandbox_id)
-        except SandboxError as exc:
-            log.warning("coreweave sweep could not delete a sandbox", sandbox_id=sandbox_id, error=repr(exc))
+    def owns(self, sandbox_id: str) -> bool:
+        """True for a sandbox this backend instance created and has not destroyed."""
+        return sandbox_id in self._limits
+
+    def forget(self, sandbox_id: str) -> None:
+        """Remember ``sandbox_id`` as destroyed (after a purge took it)."""
+        self._remember_destroyed(sandbox_id)
 
     async def aclose(self) -> None:
         """Delete any sandbox of this backend still alive (``sweep_on_close``: one ``PurgeSandboxes``), close
@@ -423,7 +353,7 @@ class CoreWeaveBackend(Backend):
         try:
             if channel is not None and self._created_any and self.options.sweep_on_close:
                 try:
-                    if not await self._purge([driver_tag(self.driver_id)]):
+                    if not await purge(channel, [driver_tag(self.driver_id)]):
                         for sb in await self._pages([driver_tag(self.driver_id)]):
                             await self._delete(sb.sandbox_id, None)
                 except SandboxError as exc:
@@ -432,7 +362,3 @@ class CoreWeaveBackend(Backend):
             self._closed = True
             if channel is not None:
                 await channel.aclose()
-
-
-def _created(infos: Sequence[SandboxInfo], sandbox_id: str) -> float:
-    return next(i.created_at for i in infos if i.sandbox_id == sandbox_id)
