@@ -91,6 +91,8 @@ async def test_exclusive_kills_everything_else(cw_server: CoreWeaveTestServer, m
     ex = result["sleeper"]
     assert getattr(ex, "returncode", None) not in (0, None)  # killed, long before its 30 s
     assert time.monotonic() - start < 15
+    after = await backend.exec(sid, make_request("echo", "usable"))
+    assert after.stdout == b"usable\n"
     await backend.destroy(sid)
 
 

@@ -5,8 +5,9 @@ timeout and no process-tree kill of its own. So every command runs under
 ``WRAPPER``, a POSIX ``sh`` script, inside the sandbox:
 
 - ``cd`` to the request's cwd (a cwd that does not exist exits 127);
-- with ``exclusive``, ``kill -KILL -1`` first: every other process of the sandbox dies
-  (the sandbox's PID 1 is immune, see ``KEEPALIVE``);
+- with ``exclusive``, every other process of the sandbox is SIGKILLed first (up to three
+  sweeps of ``/proc``, so what forked meanwhile dies too), sparing PID 1 (immune anyway,
+  see ``KEEPALIVE``), the wrapper and its ancestors (whatever carries its output);
 - ``ulimit -t`` for the CPU budget (the request's or ``Resources.cpu_seconds``: SIGXCPU at the
   budget, SIGKILL a second later for a program that catches it), ``ulimit -f``
   for ``Resources.file_size_mib``;
@@ -50,7 +51,12 @@ KEEPALIVE = ("/bin/sh", "-c", "exec sleep 2147483647")
 WRAPPER = (
     'cd -- "$1" 2>/dev/null || { echo "cwsandbox: no directory $1" >&2; exit 127; }; '
     "t=$2; k=$3; n=$4; c=$5; f=$6; x=$7; shift 7; "
-    '[ "$x" = 1 ] && kill -KILL -1 2>/dev/null; '
+    # exclusive: SIGKILL every process but PID 1, this wrapper and its ancestors (shell builtins only)
+    'if [ "$x" = 1 ]; then a=" 1 $$ "; p=$$; '
+    'while [ "$p" -gt 1 ] && read -r _ _ _ p _ <"/proc/$p/stat"; do a="$a$p "; done 2>/dev/null; '
+    "for r in 1 2 3; do k=0; for d in /proc/[0-9]*; do q=${d#/proc/}; "
+    'case "$a" in *" $q "*) ;; *) kill -KILL "$q" 2>/dev/null && k=1;; esac; done; '
+    '[ "$k" = 0 ] && break; done; fi; '
     '[ "$c" = 0 ] || { ulimit -S -t "$c" && ulimit -H -t $((c + 1)); } 2>/dev/null; '
     '[ "$f" = 0 ] || ulimit -f "$f" 2>/dev/null; '
     'if command -v timeout >/dev/null 2>&1; then set -- timeout -k "$k" "$t" "$@"; fi; '
