@@ -113,10 +113,12 @@ def chart(data: dict[str, Any]) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     cpu = data["cpu"]["cpu_ms_per_exec"]
-    labels = ["cwsandbox_async\n(unary Exec)", "cwsandbox_async\n(StreamExec)", "channel only\n(no wrapper)", "SDK"]
+    labels = ["ours\n(unary Exec)", "ours\n(StreamExec)", "ours, no\nwrapper", "cwsandbox\nSDK"]
     a.bar(labels, [cpu[c] for c in CLIENTS], color=["C0", "C0", "C7", "C3"])
+    a.axhline(cpu["sdk"] * 0.5, color="k", linestyle="--", linewidth=1, label="target: 0.5x SDK")
+    a.legend(fontsize=8)
     a.set_ylabel("client CPU per exec of `true` (ms)")
     a.set_title(f"192 execs over 8 sandboxes (median of {data['cpu']['rounds']})")
     calls = data["calls"]
