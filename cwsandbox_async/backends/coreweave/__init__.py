@@ -18,7 +18,7 @@ from ._options import CoreWeaveOptions
 if TYPE_CHECKING:
     from ._backend import CoreWeaveBackend
 
-__all__ = ["EXTRA_HINT", "CoreWeaveBackend", "CoreWeaveOptions"]
+__all__ = ["CoreWeaveBackend", "CoreWeaveOptions"]
 
 EXTRA_HINT = "install the coreweave extra: pip install 'cwsandbox-async[coreweave]'"
 
