@@ -77,6 +77,8 @@ class ExecHandlers:
                 ex = await self.local.exec(box.local_id, req)
             except SandboxNotRunningError as exc:
                 raise Abort(C.FAILED_PRECONDITION, str(exc), "CWSANDBOX_SANDBOX_NOT_RUNNING") from exc
+            except SandboxError as exc:  # the local sandbox broke: the service's internal failure
+                raise Abort(C.INTERNAL, f"runner failed: {exc}") from exc
             finally:
                 self.active_execs -= 1
             cap = request.max_output_bytes or DRAIN_CAP
@@ -144,6 +146,8 @@ class ExecHandlers:
             return  # an OK end with no exit frame
         except SandboxNotRunningError as exc:
             raise Abort(C.FAILED_PRECONDITION, str(exc), "CWSANDBOX_SANDBOX_NOT_RUNNING") from exc
+        except SandboxError as exc:  # the local sandbox broke: the service's internal failure
+            raise Abort(C.INTERNAL, f"runner failed: {exc}") from exc
         finally:
             self.active_execs -= 1
         if faults.stream_error_code is not None:

@@ -233,6 +233,8 @@ class SandboxService(ExecHandlers, pb_grpc.SandboxServiceServicer):  # type: ign
                 data = await self.local.read_file(box.local_id, request.path, FILE_CAP)
             except SandboxFileError as exc:
                 raise _file_abort(str(exc), request.path) from exc
+            except SandboxError as exc:  # the local sandbox broke: the service's internal failure
+                raise Abort(C.INTERNAL, f"runner failed: {exc}") from exc
             return pb.ReadFileResponse(content=data)
 
         return await self._serve("ReadFile", request, context, handle)
@@ -251,6 +253,8 @@ class SandboxService(ExecHandlers, pb_grpc.SandboxServiceServicer):  # type: ign
                 await self.local.write_file(box.local_id, request.path, bytes(request.content))
             except SandboxFileError as exc:
                 raise _file_abort(str(exc), request.path) from exc
+            except SandboxError as exc:  # the local sandbox broke: the service's internal failure
+                raise Abort(C.INTERNAL, f"runner failed: {exc}") from exc
             return pb.WriteFileResponse()
 
         return await self._serve("WriteFile", request, context, handle)
