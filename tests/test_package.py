@@ -51,6 +51,7 @@ PUBLIC_MODULES = {
     ],
     "cwsandbox_async.backends.local": ["DEFAULT_PRELOAD", "LocalBackend"],
     "cwsandbox_async.backends.kubernetes": ["KubernetesBackend", "KubernetesOptions"],
+    "cwsandbox_async.backends.coreweave": ["CoreWeaveBackend", "CoreWeaveOptions"],
     "cwsandbox_async.testing": ["ExecHandler", "FakeBackend", "Faults", "Latency"],
     "cwsandbox_async.testing.contract": ["BackendContract", "make_request", "make_spec"],
     "cwsandbox_async.reporters": ["STEP_METRIC", "LogReporter", "Reporter", "WandbReporter"],
@@ -80,7 +81,8 @@ def test_import_is_lazy() -> None:
     code = (
         "import sys, cwsandbox_async\n"
         "heavy = [m for m in ('wandb', 'aiohttp', 'cwsandbox_async.backends.local',"
-        " 'cwsandbox_async.backends.kubernetes', 'kubernetes', 'kubernetes_asyncio', 'yaml') if m in sys.modules]\n"
+        " 'cwsandbox_async.backends.kubernetes', 'kubernetes', 'kubernetes_asyncio', 'yaml',"
+        " 'cwsandbox_async.backends.coreweave', 'grpc', 'cwsandbox') if m in sys.modules]\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

@@ -17,6 +17,7 @@ CHOICES = tuple(name for name in BACKENDS if name != "fake")
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
     "local": ("isolation", "state_dir"),
     "kubernetes": ("kubeconfig", "context", "namespace", "server", "image"),
+    "coreweave": ("base_url",),
 }
 
 #: Exit codes (also listed by ``--help``).
@@ -101,6 +102,7 @@ def _common(parser: argparse.ArgumentParser, *, sub: bool) -> None:
     g.add_argument("--namespace", default=default, help="kubernetes: namespace")
     g.add_argument("--server", default=default, help="kubernetes: API server URL (instead of a kubeconfig)")
     g.add_argument("--image", default=default, help="kubernetes: container image")
+    g.add_argument("--base-url", default=default, help="coreweave: service URL (default $CWSANDBOX_BASE_URL)")
     parser.add_argument("--json", action="store_true", default=default, help="print one JSON document on stdout")
 
 
