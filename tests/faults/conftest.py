@@ -17,7 +17,6 @@ import pytest
 from cwsandbox_async import _sandbox, _session
 from cwsandbox_async._errors import SandboxError
 from cwsandbox_async._outcome import Outcome, OutcomeKind
-from cwsandbox_async.pool import _pool
 from cwsandbox_async.testing import FakeBackend
 
 #: Shortened client-side grace periods (seconds); see the module docstring.
@@ -28,7 +27,7 @@ STOP_TIMEOUT = 0.3
 @pytest.fixture
 def short_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_sandbox, "EXEC_GRACE_SECONDS", EXEC_GRACE)
-    for module in (_sandbox, _session, _pool):
+    for module in (_sandbox, _session):
         monkeypatch.setattr(module, "STOP_TIMEOUT_SECONDS", STOP_TIMEOUT)
 
 

@@ -414,9 +414,12 @@ class KubernetesBackend(Backend):
         log.info("k8s sweep", tags=list(wanted), swept=len(names))
         return names
 
-    async def set_lifetime(self, sandbox_id: str, seconds: float) -> None:
+    async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:
         """Make the pod's hard TTL end ``seconds`` from now (PATCH ``activeDeadlineSeconds``; a pooled pod's TTL
-        starts at lease). Kubernetes only lets a deadline shrink: a later end raises ``SandboxValidationError``."""
+        starts at lease). Kubernetes only lets a deadline shrink: a later end raises ``SandboxValidationError``.
+        ``None`` keeps the TTL the pod has."""
+        if seconds is None:
+            return
         validate_timeout(seconds, "seconds")
         client, ns = await self._ensure()
         pod = await client.request("GET", self._pod_path(ns, sandbox_id), what=f"get pod {sandbox_id}")
