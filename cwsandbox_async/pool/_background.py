@@ -22,27 +22,12 @@ from anyio.abc import TaskGroup
 
 from .._log import log
 
-__all__ = ["Background", "teardown_scope"]
+__all__ = ["Background"]
 
 
-def teardown_scope(budget: float) -> anyio.CancelScope:
-    """A shielded scope for cleanup that ends by ``budget`` seconds from now, or earlier if the caller's does.
-
-    Cleanup must run even when the caller was cancelled (then it gets ``budget``), but it
-    never extends a deadline set above it: inside ``Session`` close (or a caller's
-    ``fail_after``) the enclosing deadline, if sooner, is the one that holds.
-    """
-    now = anyio.current_time()
-    enclosing = anyio.current_effective_deadline()
-    deadline = now + budget
-    if enclosing != -float("inf"):  # -inf: the caller is cancelled; cleanup still gets its own budget
-        deadline = min(deadline, enclosing)
-    return anyio.CancelScope(shield=True, deadline=deadline)
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """The one exception inside nested single-member groups (what the task that failed raised)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+def _first(exc: BaseException) -> BaseException:
+    """The first exception in (nested) task group errors: what the first task that failed raised."""
+    while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
 
@@ -77,8 +62,8 @@ class Background:
                 started.set()
                 await anyio.sleep_forever()  # until stop() cancels the group, or a child fails
         except Exception as group:  # a bug in background work: reported once, the pool fails with it
-            self.failure = _unwrap(group)
-            log.error("pool background work failed", error=repr(self.failure))
+            self.failure = _first(group)
+            log.error("pool background work failed", error=repr(self.failure), errors=repr(group))
             self._on_failure(self.failure)
         finally:
             self._tg = None

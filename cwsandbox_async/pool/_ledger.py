@@ -129,6 +129,15 @@ class Ledger:
         self.notify()
         return True
 
+    def remove_idle(self, sb: Sandbox) -> bool:
+        """Take a dead sandbox out of the idle set (counted as discarded); False if it is not idle any more."""
+        if sb not in self.idle:
+            return False
+        self.idle.remove(sb)
+        self.discarded += 1
+        self.notify()
+        return True
+
     def trim_idle(self) -> list[Sandbox]:
         """Take the idle sandboxes above ``size`` or above what ``max_size`` allows (oldest first)."""
         surplus = max(len(self.idle) - self.size, min(len(self.idle), self.alive - self.max_size))

@@ -11,7 +11,8 @@ point from what it measures, as TCP's congestion control does:
   a machine that got slower.
 - While ``latency <= tolerance * baseline`` and the cap is what limits creation, it grows:
   by one per completed create at first ("slow start", doubling per round trip), by one per
-  ``limit`` completions after the first back-off.
+  ``limit`` completions once latency has risen halfway to the tolerance or after the first
+  back-off.
 - When latency rises above that, or an attempt fails, it shrinks multiplicatively
   (``DECREASE``, ``FAILURE_DECREASE``), at most once per round of creates started after
   the previous shrink, and never below 1.
@@ -36,13 +37,15 @@ class Pacer:
 
     #: Successful creates whose median is the current latency.
     WINDOW = 5
-    #: Relative upward drift of the baseline per sample (re-learns a slower machine in ~70 samples).
-    BASELINE_DRIFT = 0.01
+    #: Relative upward drift of the baseline per sample (re-learns a machine twice as slow in ~350 creates).
+    BASELINE_DRIFT = 0.002
     #: Multiplicative decrease on rising latency, and on a failed attempt.
     DECREASE = 0.7
     FAILURE_DECREASE = 0.5
     #: The cap a pool starts with (slow start grows it from there).
     INITIAL = 2
+    #: Slow start ends once latency has risen this share of the way to ``tolerance * baseline``.
+    SLOW_START_EXIT = 0.5
 
     def __init__(
         self,
@@ -88,8 +91,8 @@ class Pacer:
         ``limited``: whether the cap was what held creation back when it started (only then
         is a good latency evidence that a higher cap would be used).
         """
-        if self._fixed is not None:
-            return
+        if self._fixed is not None or started <= self._decreased_at:
+            return  # started before the last shrink: it measured the old limit
         self._samples.append(seconds)
         latency = statistics.median(self._samples)
         if self._baseline is None:
@@ -98,7 +101,10 @@ class Pacer:
             self._baseline = min(latency, self._baseline * (1 + self.BASELINE_DRIFT))
         if latency > self._tolerance * self._baseline:
             self._shrink(started, self.DECREASE)
-        elif limited:
+            return
+        if latency > (1 + (self._tolerance - 1) * self.SLOW_START_EXIT) * self._baseline:
+            self._slow_start = False  # latency is rising: grow by one per round from here
+        if limited:
             self._limit = min(float(self._ceiling), self._limit + (1.0 if self._slow_start else 1.0 / self._limit))
 
     def failed(self, started: float) -> None:
@@ -108,7 +114,7 @@ class Pacer:
 
     def _shrink(self, started: float, factor: float) -> None:
         if started <= self._decreased_at:
-            return  # started before the last shrink: its latency reflects the old cap
+            return  # started before the last shrink: it measured the old limit
         self._slow_start = False
         self._limit = max(1.0, self._limit * factor)
         self._decreased_at = anyio.current_time()

@@ -21,7 +21,8 @@ from .._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxValid
 from .._log import log
 from .._session import SessionState
 from .._validate import validate_timeout
-from ._background import Background, teardown_scope
+from ._background import Background
+from ._closing import wind_down
 from ._create import Creator
 from ._disposal import Disposal
 from ._handout import Handout
@@ -31,7 +32,7 @@ from ._ledger import Ledger
 from ._options import PoolOptions, ResetHook, count_arg, seconds_arg
 from ._pacing import Pacer
 from ._refill import Refill
-from ._types import PoolState, PoolStatistics, check_transition
+from ._types import Lifecycle, PoolState, PoolStatistics, check_transition
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -131,8 +132,7 @@ class SandboxPool:
         defaults = session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults
         self._session = session
         self.pool_id = f"pool-{uuid.uuid4().hex[:8]}"
-        self._state = PoolState.NEW
-        self._failure: BaseException | None = None
+        self._life = Lifecycle(self.pool_id)
         self._closed = anyio.Event()
         self._ledger = Ledger(opts.size, opts.cap, on_change=self._publish)
         self._background = Background(f"{self.pool_id} background", on_failure=self._fail)
@@ -175,8 +175,8 @@ class SandboxPool:
             reuse=opts.reuse,
             reset=opts.reset,
             reset_timeout=opts.reset_timeout_seconds,
-            check_open=self._check_open,
-            is_open=self._is_open,
+            check_open=self._life.check_open,
+            is_open=lambda: self._life.is_open,
             record=lambda wait, warm: session.metrics.lease(wait, warm=warm),
             timed_out=self._timed_out,
         )
@@ -184,7 +184,7 @@ class SandboxPool:
     # -- introspection ---------------------------------------------------------------
     @property
     def state(self) -> PoolState:
-        return self._state
+        return self._life.state
 
     @property
     def size(self) -> int:
@@ -209,7 +209,7 @@ class SandboxPool:
         """A frozen snapshot of the pool's gauges and counters."""
         ledger, creator = self._ledger, self._creator
         return PoolStatistics(
-            state=self._state,
+            state=self._life.state,
             size=ledger.size,
             max_size=ledger.max_size,
             idle=len(ledger.idle),
@@ -228,7 +228,7 @@ class SandboxPool:
             max_alive=ledger.max_alive,
             create_limit=self._pacer.limit,
             create_latency_seconds=self._pacer.latency,
-            failure=self._failure,
+            failure=self._life.failure,
         )
 
     def __repr__(self) -> str:
@@ -239,55 +239,28 @@ class SandboxPool:
         )
 
     # -- wiring ------------------------------------------------------------------------
-    def _transition(self, target: PoolState) -> None:
-        check_transition(self._state, target)
-        log.debug("pool state", pool_id=self.pool_id, old=self._state.value, new=target.value)
-        self._state = target
-
     def _publish(self) -> None:
-        if self._state is not PoolState.CLOSED:
+        if self._life.state is not PoolState.CLOSED:
             ledger = self._ledger
             self._session.metrics.pool_gauges(
                 idle=len(ledger.idle), leased=len(ledger.out), warming=ledger.warming, pool_id=self.pool_id
             )
 
     def _can_create(self) -> bool:
-        return self._state is PoolState.OPEN and self._session.state is SessionState.OPEN
-
-    def _is_open(self) -> bool:
-        return self._state is PoolState.OPEN
-
-    def _check_open(self) -> None:
-        """Raise the error a lease (or ``wait_ready``/``resize``) gets from a pool that does not serve."""
-        if self._state is PoolState.OPEN:
-            return
-        if self._state is PoolState.NEW:
-            raise PoolError("the pool is not open; use 'async with SandboxPool(...)'", infrastructure=False)
-        if self._state is PoolState.FAILED:
-            raise self._failed_error()
-        raise PoolClosedError("cannot lease from a closed pool", infrastructure=False)
-
-    def _failed_error(self) -> PoolError:
-        err = PoolError(f"the pool failed: {self._failure!r}", infrastructure=False)
-        err.__cause__ = self._failure
-        return err
+        return self._life.state is PoolState.OPEN and self._session.state is SessionState.OPEN
 
     def _fail(self, exc: BaseException) -> None:
         """The background failed with ``exc`` (a bug): FAILED, and every waiter gets the error now."""
-        self._failure = exc
-        if self._state is PoolState.OPEN:
-            self._transition(PoolState.FAILED)
-        self._ledger.fail_waiters(self._failed_error)
+        self._life.fail(exc)
+        self._ledger.fail_waiters(self._life.failed_error)
 
     def _deliver(self, sb: Sandbox) -> None:
-        if not (self._state is PoolState.OPEN and self._ledger.place(sb)):
+        if not (self._life.state is PoolState.OPEN and self._ledger.place(sb)):
             self._disposal.discard_soon(sb)
 
     def _drop_idle(self, sb: Sandbox) -> None:
         """The sweep found an idle sandbox dead: discard it if it is still idle."""
-        if sb in self._ledger.idle:
-            self._ledger.idle.remove(sb)
-            self._ledger.discarded += 1
+        if self._ledger.remove_idle(sb):
             log.info("discarding a dead idle sandbox", sandbox_id=sb.sandbox_id)
             self._disposal.discard_soon(sb)
 
@@ -303,7 +276,7 @@ class SandboxPool:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> SandboxPool:
-        check_transition(self._state, PoolState.OPEN)
+        check_transition(self._life.state, PoolState.OPEN)
         if self._session.state is not SessionState.OPEN:
             raise PoolError("the session is not open; open it first ('async with Session(...)')", infrastructure=False)
         daemons = [self._refill.run]
@@ -311,7 +284,7 @@ class SandboxPool:
             daemons.append(self._sweep)
         await self._background.start(*daemons)
         self._session.add_closer(self.aclose)
-        self._transition(PoolState.OPEN)
+        self._life.to(PoolState.OPEN)
         opts = self._options
         log.debug("pool opened", pool_id=self.pool_id, size=opts.size, max_size=opts.cap, reuse=opts.reuse)
         self._ledger.notify()
@@ -335,41 +308,26 @@ class SandboxPool:
         sandbox that fails to stop (``Sandbox.stop`` logs it); what the budget did not
         cover is left to the Session, which stops every sandbox it created.
         """
-        if self._state is PoolState.NEW:
-            self._transition(PoolState.CLOSED)
+        if self._life.state is PoolState.NEW:
+            self._life.to(PoolState.CLOSED)
             self._closed.set()
             return
-        if self._state in (PoolState.CLOSING, PoolState.CLOSED):
+        if self._life.state in (PoolState.CLOSING, PoolState.CLOSED):
             await self._closed.wait()
             return
-        self._transition(PoolState.CLOSING)
+        self._life.to(PoolState.CLOSING)
         self._session.remove_closer(self.aclose)
-        ledger, handout, disposal = self._ledger, self._handout, self._disposal
-        ledger.fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool", infrastructure=False))
+        self._ledger.fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool", infrastructure=False))
         opts = self._options
-
-        def no_other_leases() -> bool:
-            return handout.leases_held(but_this_task=True) == 0
-
-        with teardown_scope(opts.close_timeout_seconds) as budget:
-            with anyio.move_on_after(opts.close_grace_seconds):
-                await ledger.until(no_other_leases)
-            handout.cut_short_all()
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._background.stop)
-                tg.start_soon(disposal.destroy_all, ledger.take_all())
-            await ledger.until(no_other_leases)
-            await disposal.destroy_all([*ledger.take_all(), *disposal.take_orphans()])
-        if budget.cancelled_caught:
-            log.warning("pool close ran out of its budget", pool_id=self.pool_id, **self._gauges())
-        self._transition(PoolState.CLOSED)
+        parts = (self._ledger, self._handout, self._disposal, self._background)
+        if not await wind_down(*parts, grace=opts.close_grace_seconds, budget=opts.close_timeout_seconds):
+            log.warning("pool close ran out of its budget", pool=repr(self))
+        self._life.to(PoolState.CLOSED)
         self._closed.set()
         self._session.metrics.pool_closed(self.pool_id)
-        log.debug("pool closed", pool_id=self.pool_id, created=self._creator.created, destroyed=disposal.destroyed)
-
-    def _gauges(self) -> dict[str, int]:
-        s = self.statistics()
-        return {"idle": s.idle, "leased": s.leased, "warming": s.warming, "destroying": s.destroying}
+        log.debug(
+            "pool closed", pool_id=self.pool_id, created=self._creator.created, destroyed=self._disposal.destroyed
+        )
 
     # -- leasing -----------------------------------------------------------------------
     def lease(self, timeout_seconds: float | None = None, *, hold_timeout_seconds: float | None = None) -> Lease:
@@ -409,11 +367,11 @@ class SandboxPool:
         every create attempt has one), ``PoolClosedError``/``PoolError`` as ``lease`` does.
         """
         timeout = validate_timeout(timeout_seconds, "timeout_seconds", allow_none=True)
-        self._check_open()
+        self._life.check_open()
         with anyio.move_on_after(float("inf") if timeout is None else timeout):
             while True:
                 changed = self._ledger.changed()
-                self._check_open()
+                self._life.check_open()
                 if self._ledger.idle_target_met():
                     return
                 if self._creator.failing:
@@ -427,7 +385,7 @@ class SandboxPool:
         once they are gone. Leased sandboxes are never taken back: lowering ``max_size``
         below what is alive only stops creation until enough are released.
         """
-        self._check_open()
+        self._life.check_open()
         new_max = self._ledger.max_size if max_size is None else count_arg(max_size, "max_size", 1)
         new_size = count_arg(size, "size", 0)
         if new_size > new_max:

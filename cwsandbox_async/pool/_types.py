@@ -6,8 +6,9 @@ import enum
 from dataclasses import dataclass
 
 from .._errors import PoolClosedError, PoolError
+from .._log import log
 
-__all__ = ["PoolState", "PoolStatistics", "check_transition"]
+__all__ = ["Lifecycle", "PoolState", "PoolStatistics", "check_transition"]
 
 
 class PoolState(enum.Enum):
@@ -47,6 +48,47 @@ def check_transition(current: PoolState, target: PoolState) -> None:
     raise PoolError(f"a pool cannot go from {current.value} to {target.value}", infrastructure=False)
 
 
+class Lifecycle:
+    """A pool's state, its guarded transitions, and the error a request gets when the pool does not serve."""
+
+    def __init__(self, pool_id: str) -> None:
+        self.pool_id = pool_id
+        self.state = PoolState.NEW
+        self.failure: BaseException | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is PoolState.OPEN
+
+    def to(self, target: PoolState) -> None:
+        """Move to ``target``; raises as ``check_transition`` does if that is not allowed."""
+        check_transition(self.state, target)
+        log.debug("pool state", pool_id=self.pool_id, old=self.state.value, new=target.value)
+        self.state = target
+
+    def fail(self, exc: BaseException) -> None:
+        """Background work failed with ``exc`` (a bug): an open pool moves to FAILED."""
+        self.failure = exc
+        if self.state is PoolState.OPEN:
+            self.to(PoolState.FAILED)
+
+    def failed_error(self) -> PoolError:
+        """A fresh error for one request to a failed pool, chained to the failure."""
+        err = PoolError(f"the pool failed: {self.failure!r}", infrastructure=False)
+        err.__cause__ = self.failure
+        return err
+
+    def check_open(self) -> None:
+        """Raise the error a lease (or ``wait_ready``/``resize``) gets from a pool that does not serve."""
+        if self.state is PoolState.OPEN:
+            return
+        if self.state is PoolState.NEW:
+            raise PoolError("the pool is not open; use 'async with SandboxPool(...)'", infrastructure=False)
+        if self.state is PoolState.FAILED:
+            raise self.failed_error()
+        raise PoolClosedError("cannot lease from a closed pool", infrastructure=False)
+
+
 @dataclass(frozen=True, slots=True)
 class PoolStatistics:
     """A snapshot of a ``SandboxPool`` (``pool.statistics()``).
@@ -68,7 +110,8 @@ class PoolStatistics:
     their reset failed or their lifetime could not be set; ``max_alive`` the highest
     ``alive`` seen (never above ``max_size``).
 
-    ``failure`` is the exception that moved the pool to ``FAILED`` (None otherwise).
+    ``failure`` is the exception that moved the pool to ``FAILED``: the first one its
+    background work raised (all of them are logged at ERROR); None otherwise.
     """
 
     state: PoolState
