@@ -127,7 +127,7 @@ class RewardCore:
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[float | None]:
         """Score a batch: 1.0 passed, 0.0 failed (non-zero exit, timeout), ``None`` no code or infra failure."""
-        from .._gather import as_completed
+        from ..gatherer._gather import as_completed
 
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise SandboxValidationError("completions must be a list (one entry per completion)")
