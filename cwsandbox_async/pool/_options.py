@@ -58,7 +58,7 @@ class PoolOptions:
 
     Creation: ``create_concurrency`` caps creations in flight (None, the default: an
     adaptive cap that grows while create latency stays within
-    ``create_latency_tolerance`` (2.0) times the lowest recent latency and shrinks when
+    ``create_latency_tolerance`` (3.0) times its baseline (the typical latency at low concurrency) and shrinks when
     it rises above or a create fails); ``create_rate``/``create_burst`` an optional rate
     limit on create attempts (off by default); ``create_attempts`` (3) tries per sandbox,
     with exponential back-off from ``create_backoff_seconds`` (0.5 s) up to
@@ -84,7 +84,7 @@ class PoolOptions:
     reset: ResetHook | None = None
     reset_timeout_seconds: float = 30.0
     create_concurrency: int | None = None
-    create_latency_tolerance: float = 2.0
+    create_latency_tolerance: float = 3.0
     create_rate: float | None = None
     create_burst: int | None = None
     create_attempts: int = 3

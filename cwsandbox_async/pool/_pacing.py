@@ -6,9 +6,13 @@ at once finish more per second; past it they only queue and each takes longer (a
 local machine they take CPU from the rollouts running beside them). The pacer finds that
 point from what it measures, as TCP's congestion control does:
 
-- ``latency`` is the median of the last ``WINDOW`` successful creates; ``baseline`` the
-  lowest such median seen, drifting up by ``BASELINE_DRIFT`` per sample so it can re-learn
-  a machine that got slower.
+- ``latency`` is the median of the last ``WINDOW`` successful creates (only those started
+  since the last shrink: they measured the current cap). ``baseline`` is the first such
+  median, taken while slow start begins at ``INITIAL`` creations at once; it follows
+  lower medians a share (``BASELINE_FOLLOW``) at a time and drifts up by
+  ``BASELINE_DRIFT`` per sample otherwise, so it re-learns a machine that got faster or
+  slower without chasing noise (a minimum of noisy medians would sit low and read noise
+  as congestion: Kubernetes create times vary by 5x at p99).
 - While ``latency <= tolerance * baseline`` and the cap is what limits creation, it grows:
   by one per completed create at first ("slow start", doubling per round trip), by one per
   ``limit`` completions once latency has risen halfway to the tolerance or after the first
@@ -36,9 +40,13 @@ class Pacer:
     """The creation cap (``limit``) and the optional rate limit of one pool."""
 
     #: Successful creates whose median is the current latency.
-    WINDOW = 5
-    #: Relative upward drift of the baseline per sample (re-learns a machine twice as slow in ~350 creates).
+    WINDOW = 12
+    #: Samples in the window before latency may shrink the cap.
+    DECIDE_AFTER = 6
+    #: Relative upward drift of the baseline per sample (re-learns a machine 4x as slow in about 1,000 creates).
     BASELINE_DRIFT = 0.002
+    #: Share of the way to a lower median the baseline moves per sample.
+    BASELINE_FOLLOW = 0.1
     #: Multiplicative decrease on rising latency, and on a failed attempt.
     DECREASE = 0.7
     FAILURE_DECREASE = 0.5
@@ -95,15 +103,20 @@ class Pacer:
             return  # started before the last shrink: it measured the old limit
         self._samples.append(seconds)
         latency = statistics.median(self._samples)
-        if self._baseline is None:
-            self._baseline = latency
-        else:
-            self._baseline = min(latency, self._baseline * (1 + self.BASELINE_DRIFT))
-        if latency > self._tolerance * self._baseline:
-            self._shrink(started, self.DECREASE)
-            return
-        if latency > (1 + (self._tolerance - 1) * self.SLOW_START_EXIT) * self._baseline:
-            self._slow_start = False  # latency is rising: grow by one per round from here
+        baseline = self._baseline
+        if baseline is None:
+            if len(self._samples) >= self.DECIDE_AFTER:
+                self._baseline = latency
+        elif len(self._samples) >= self.DECIDE_AFTER:
+            if latency < baseline:
+                self._baseline = baseline + (latency - baseline) * self.BASELINE_FOLLOW
+            else:
+                self._baseline = baseline * (1 + self.BASELINE_DRIFT)
+            if latency > self._tolerance * baseline:
+                self._shrink(started, self.DECREASE)
+                return
+            if latency > (1 + (self._tolerance - 1) * self.SLOW_START_EXIT) * baseline:
+                self._slow_start = False  # latency is rising: grow by one per round from here
         if limited:
             self._limit = min(float(self._ceiling), self._limit + (1.0 if self._slow_start else 1.0 / self._limit))
 

@@ -91,7 +91,7 @@ class SandboxPool:
         reset: ResetHook | None = None,
         reset_timeout_seconds: float = 30.0,
         create_concurrency: int | None = None,
-        create_latency_tolerance: float = 2.0,
+        create_latency_tolerance: float = 3.0,
         create_rate: float | None = None,
         create_burst: int | None = None,
         create_attempts: int = 3,

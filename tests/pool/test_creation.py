@@ -7,7 +7,7 @@ import pytest
 
 from cwsandbox_async import SandboxCreationError, SandboxPool, Session
 from cwsandbox_async._types import SandboxSpec
-from cwsandbox_async.testing import FakeBackend, Faults
+from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
 from .conftest import FAST
 
@@ -92,10 +92,10 @@ async def test_adaptive_pacing_keeps_creates_near_capacity_and_keeps_up() -> Non
         stats = pool.statistics()
     ideal = n * work / cores  # every core busy all the time
     assert elapsed < 1.2 * ideal, (elapsed, ideal)  # throughput close to capacity
-    assert be.peak_in_flight <= 4 * cores, be.peak_in_flight  # unpaced, all 96 would queue at once
-    assert cores <= stats.create_limit <= 4 * cores
+    assert be.peak_in_flight <= 8 * cores, be.peak_in_flight  # unpaced, all 96 would queue at once
+    assert cores <= stats.create_limit <= 6 * cores
     assert stats.create_latency_seconds is not None
-    assert stats.create_latency_seconds <= 3 * work
+    assert stats.create_latency_seconds <= 4 * work
 
 
 async def test_adaptive_pacing_grows_to_the_cap_when_latency_stays_flat() -> None:
@@ -134,3 +134,11 @@ async def test_a_fixed_create_concurrency_is_kept() -> None:
         assert anyio.current_time() - start == pytest.approx(10, abs=0.1)
         assert pool.statistics().create_limit == 3
     assert be.peak_in_flight == 3
+
+
+async def test_noisy_create_latency_is_not_read_as_congestion() -> None:
+    """Kubernetes-like starts (median 1 s, p99 5 s) that do not slow down with concurrency: the cap keeps growing."""
+    be = FakeBackend(seed=1, create_latency=Latency.lognormal(median=1.0, p99=5.0))
+    async with Session(backend=be) as s, SandboxPool(s, size=256, max_size=256) as pool:
+        await pool.wait_ready(timeout_seconds=600)
+        assert pool.statistics().create_limit >= 100

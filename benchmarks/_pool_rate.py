@@ -1,0 +1,87 @@
+"""Rollouts per second through a pool: a fresh sandbox per lease vs ``reuse=True``, the same pool otherwise.
+
+Each rollout leases a sandbox and runs one workload in it (``true``, or a small Python
+program through ``run_python``), ``concurrency`` at a time through ``cwa.gather``; the
+pool is warmed to ``concurrency`` first. The fresh-per-lease pool (the safe default)
+must create and destroy a sandbox per rollout; the reuse pool only execs. Their ratio
+(fresh / reuse, measured in the same run) says what safety costs. Also recorded: the
+fresh pool's warm-hit rate (leases served at once), its create limit and create latency.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import cwsandbox_async as cwa
+
+Workload = Callable[[cwa.Sandbox], Awaitable[cwa.ExecResult]]
+
+WORKLOADS: dict[str, Workload] = {
+    "true": lambda sb: sb.exec(["true"]),
+    "python": lambda sb: sb.run_python("print(sum(i * i for i in range(1000)))"),
+}
+
+
+async def rollouts_per_second(
+    backend: Any, *, reuse: bool, n: int, concurrency: int, workload: Workload
+) -> dict[str, Any]:
+    async with (
+        cwa.Session(backend=backend) as session,
+        cwa.SandboxPool(
+            session, size=concurrency, max_size=2 * concurrency, reuse=reuse, lease_timeout_seconds=600
+        ) as pool,
+    ):
+        await pool.wait_ready(timeout_seconds=600)
+
+        def rollout() -> Callable[[], Awaitable[bool]]:
+            async def run() -> bool:
+                async with pool.lease() as sb:
+                    return (await workload(sb)).ok
+
+            return run
+
+        start = time.perf_counter()
+        outcomes = await cwa.gather({i: rollout() for i in range(n)}, limit=concurrency)
+        elapsed = time.perf_counter() - start
+        stats = pool.statistics()
+    failed = sum(1 for o in outcomes if not (o.ok and o.value))
+    latency = stats.create_latency_seconds
+    return {
+        "rollouts_per_s": round(n / elapsed, 1),
+        "failed": failed,
+        "warm_hit_rate": None if stats.warm_hit_rate is None else round(stats.warm_hit_rate, 3),
+        "create_limit": stats.create_limit,
+        "create_latency_ms": None if latency is None else round(latency * 1e3, 1),
+    }
+
+
+async def fresh_vs_reuse(backend: Any, *, n: int, concurrency: int) -> dict[str, Any]:
+    """Per workload: the reuse pool, then the fresh pool, and fresh/reuse."""
+    out: dict[str, Any] = {"rollouts": n, "concurrency": concurrency}
+    for name, workload in WORKLOADS.items():
+        reuse = await rollouts_per_second(backend, reuse=True, n=n, concurrency=concurrency, workload=workload)
+        fresh = await rollouts_per_second(backend, reuse=False, n=n, concurrency=concurrency, workload=workload)
+        out[name] = {
+            "reuse": reuse,
+            "fresh": fresh,
+            "ratio_fresh_to_reuse": round(fresh["rollouts_per_s"] / reuse["rollouts_per_s"], 2),
+        }
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        "| workload | reuse rollouts/s | fresh rollouts/s | fresh / reuse | fresh warm-hit rate | create limit | "
+        "create ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in WORKLOADS:
+        r = result[name]
+        f = r["fresh"]
+        lines.append(
+            f"| {name} | {r['reuse']['rollouts_per_s']} | {f['rollouts_per_s']} | {r['ratio_fresh_to_reuse']}x | "
+            f"{f['warm_hit_rate']} | {f['create_limit']} | {f['create_latency_ms']} |"
+        )
+    return "\n".join(lines)
