@@ -73,9 +73,10 @@ class PoolOptions:
     ``health_check_interval_seconds`` (30 s; None: off) sweeps idle sandboxes.
 
     Closing: ``close_grace_seconds`` (10 s) for held leases to finish before they are
-    cancelled, and ``close_timeout_seconds`` (60 s) the whole close's budget when the pool
-    is closed on its own (inside ``Session`` close, the session's remaining budget bounds
-    it instead, if that is shorter). The grace is part of the budget, never added to it.
+    cancelled, and ``close_timeout_seconds`` (None: the session's ``timeouts.close_seconds``)
+    the whole close's budget; inside ``Session`` close, or under a deadline of the caller's,
+    what is left of that bounds it instead if it is shorter. The grace is part of the
+    budget, never added to it.
     """
 
     size: int = 8
@@ -97,7 +98,7 @@ class PoolOptions:
     check_on_lease: bool = True
     health_check_interval_seconds: float | None = 30.0
     close_grace_seconds: float = 10.0
-    close_timeout_seconds: float = 60.0
+    close_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         """Raise ``SandboxValidationError`` for the first bad setting."""
@@ -132,10 +133,9 @@ class PoolOptions:
             "create_backoff_max_seconds",
             "lease_timeout_seconds",
             "lifetime_margin_seconds",
-            "close_timeout_seconds",
         ):
             object.__setattr__(self, name, seconds_arg(getattr(self, name), name))
-        for name in ("hold_timeout_seconds", "health_check_interval_seconds"):
+        for name in ("hold_timeout_seconds", "health_check_interval_seconds", "close_timeout_seconds"):
             object.__setattr__(self, name, _optional_seconds(getattr(self, name), name))
         grace = self.close_grace_seconds
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not math.isfinite(grace) or grace < 0:

@@ -104,7 +104,7 @@ class SandboxPool:
         check_on_lease: bool = True,
         health_check_interval_seconds: float | None = 30.0,
         close_grace_seconds: float = 10.0,
-        close_timeout_seconds: float = 60.0,
+        close_timeout_seconds: float | None = None,
         **sandbox_overrides: Any,
     ) -> None:
         opts = self._options = PoolOptions(
@@ -302,11 +302,10 @@ class SandboxPool:
         """Stop leasing, let leases finish (``close_grace_seconds``), cancel the rest, destroy everything.
 
         Idempotent, and safe to call from any task: a second caller waits for the first.
-        Runs shielded from cancellation, within one budget: ``close_timeout_seconds``, or
-        what is left of the enclosing deadline (the Session's close budget, or the caller's
-        own) if that ends sooner. The grace is part of that budget. Never raises for a
-        sandbox that fails to stop (``Sandbox.stop`` logs it); what the budget did not
-        cover is left to the Session, which stops every sandbox it created.
+        Shielded from cancellation, within one budget (``close_timeout_seconds``, see
+        ``PoolOptions``) that never outlives the session's close or the caller's deadline.
+        Never raises for a sandbox that fails to stop (``Sandbox.stop`` logs it); what the
+        budget did not cover is left to the Session, which stops every sandbox it created.
         """
         if self._life.state is PoolState.NEW:
             self._life.to(PoolState.CLOSED)
@@ -320,14 +319,17 @@ class SandboxPool:
         self._ledger.fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool", infrastructure=False))
         opts = self._options
         parts = (self._ledger, self._handout, self._disposal, self._background)
-        if not await wind_down(*parts, grace=opts.close_grace_seconds, budget=opts.close_timeout_seconds):
-            log.warning("pool close ran out of its budget", pool=repr(self))
-        self._life.to(PoolState.CLOSED)
-        self._closed.set()
-        self._session.metrics.pool_closed(self.pool_id)
-        log.debug(
-            "pool closed", pool_id=self.pool_id, created=self._creator.created, destroyed=self._disposal.destroyed
-        )
+        seconds = opts.close_timeout_seconds or self._session.timeouts.close_seconds
+        try:
+            if not await wind_down(
+                *parts, budget=self._session.close_budget, grace=opts.close_grace_seconds, seconds=seconds
+            ):
+                log.warning("pool close ran out of its budget", pool=repr(self))
+        finally:  # reached however the close ends (a bug in it included): the pool is closed
+            self._life.to(PoolState.CLOSED)
+            self._closed.set()
+            self._session.metrics.pool_closed(self.pool_id)
+        log.debug("pool closed", pool_id=self.pool_id, created=self._creator.created)
 
     # -- leasing -----------------------------------------------------------------------
     def lease(self, timeout_seconds: float | None = None, *, hold_timeout_seconds: float | None = None) -> Lease:

@@ -14,8 +14,6 @@ alive, so a test can check that exactly those are left for a sweep.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import math
 import random
 import shlex
@@ -37,45 +35,6 @@ from ..backends.base import Backend, OutputCallback
 __all__ = ["ExecHandler", "FakeBackend", "Faults", "Latency"]
 
 _BUILTINS = frozenset({"true", "false", "echo", "printf", "pwd", "printenv", "cat", "sleep", "exit", "yes", "sh"})
-
-#: One command of a script: its words, and whether its output goes to stderr (``>&2``).
-_Step = tuple[tuple[str, ...], bool]
-#: Parsed ``sh -c`` scripts (script -> steps, and whether a step can block), cleared when full.
-_SCRIPTS: dict[str, tuple[tuple[_Step, ...], bool]] = {}
-_SCRIPTS_MAX = 1024
-#: Longest command (characters in all arguments) these caches keep.
-_CACHED_CHARS = 4096
-#: ``argv`` -> its steps when none can wait, else None (see ``FakeBackend._steps``), cleared when full.
-_PLANS: dict[tuple[str, ...], tuple[_Step, ...] | None] = {}
-
-
-def _blocks(cmd: str) -> bool:
-    """Whether a builtin command can wait (only ``sleep`` does)."""
-    return cmd.rsplit("/", 1)[-1] == "sleep"
-
-
-def _parse_script(script: str) -> tuple[tuple[_Step, ...], bool] | None:
-    """The steps of an ``sh -c`` script, parsed once; None if it does not parse (run it step by step)."""
-    parsed = _SCRIPTS.get(script)
-    if parsed is None:
-        steps: list[_Step] = []
-        for part in script.split(";"):
-            try:
-                words = shlex.split(part)
-            except ValueError:
-                return None
-            to_err = bool(words) and words[-1] == ">&2"
-            if to_err:
-                words = words[:-1]
-            if words:
-                steps.append((tuple(words), to_err))
-        parsed = (tuple(steps), any(_blocks(words[0]) for words, _ in steps))
-        if len(script) <= _CACHED_CHARS:
-            if len(_SCRIPTS) >= _SCRIPTS_MAX:
-                _SCRIPTS.clear()
-            _SCRIPTS[script] = parsed
-    return parsed
-
 
 #: ``(argv, stdin, files) -> (returncode, stdout, stderr)``, sync or async, for custom commands.
 ExecHandler = Callable[
@@ -169,8 +128,6 @@ class FakeBackend(Backend):
         self.max_exec_in_flight = 0
         self.lost: set[str] = set()
         self.closed = False
-        self._faults_seen: Faults | None = None  # the Faults that _faultless() last looked at
-        self._no_faults = False
 
     @property
     def isolation(self) -> str:
@@ -184,20 +141,9 @@ class FakeBackend(Backend):
     def _chance(self, p: float) -> bool:
         return p > 0 and self.rng.random() < p
 
-    def _faultless(self) -> bool:
-        """True if every fault probability is 0 (looked at again whenever ``faults`` is replaced)."""
-        f = self.faults
-        if f is not self._faults_seen:
-            self._faults_seen = f
-            self._no_faults = not any(getattr(f, x.name) for x in dataclasses.fields(f))
-        return self._no_faults
-
     async def _sleep(self, lat: Latency) -> None:
         delay = lat.sample(self.rng)
-        if delay > 0:
-            await anyio.sleep(delay)
-        else:
-            await asyncio.sleep(0)  # a checkpoint, as any real backend call has (anyio's is this, on asyncio)
+        await anyio.sleep(delay)  # 0: a checkpoint, as any real backend call has
 
     def _get(self, sandbox_id: str) -> _FakeSandbox:
         sb = self.world.get(sandbox_id)
@@ -229,19 +175,6 @@ class FakeBackend(Backend):
         if n > self.max_exec_in_flight:
             self.max_exec_in_flight = n
         try:
-            lat = self.exec_latency
-            if (
-                on_output is None
-                and self.exec_handler is None
-                and lat.kind == "constant"
-                and lat.a <= 0
-                and self._faultless()
-            ):
-                steps = self._steps(request.argv)
-                if steps is not None:  # the zero-latency fast path: what _exec does, minus what cannot happen
-                    start = time.monotonic()
-                    await asyncio.sleep(0)  # the checkpoint of a zero latency
-                    return self._finish(request, *self._run_steps(steps, request, sb), start)
             return await self._exec(sb, request, on_output)
         finally:
             self.exec_in_flight -= 1
@@ -261,63 +194,20 @@ class FakeBackend(Backend):
         if self._chance(f.truncated_stream):
             raise SandboxTransportError("injected: stream ended without an exit status", sandbox_id=sid)
         timed_out = False
-        steps = None if self.exec_handler is not None else self._steps(req.argv)
-        if steps is not None:  # builtins that cannot wait: nothing to time out
-            rc, out, err = self._run_steps(steps, req, sb)
-        else:
-            with anyio.move_on_after(req.timeout_seconds) as scope:
-                rc, out, err = await self._interpret(req, sb)
-            if scope.cancelled_caught:
-                timed_out, rc, out, err = True, -9, b"", b""
-        if on_output is not None:
-            cap = req.max_output_bytes
-            if out[:cap]:
-                await on_output("stdout", out[:cap])
-            if err[:cap]:
-                await on_output("stderr", err[:cap])
-        return self._finish(req, rc, out, err, start, timed_out)
-
-    @staticmethod
-    def _finish(req: ExecRequest, rc: int, out: bytes, err: bytes, start: float, timed_out: bool = False) -> ExecExit:
-        """The exit status, with output past ``max_output_bytes`` dropped (and the command counted as killed)."""
+        with anyio.move_on_after(req.timeout_seconds) as scope:
+            rc, out, err = await self._interpret(req, sb)
+        if scope.cancelled_caught:
+            timed_out, rc, out, err = True, -9, b"", b""
         cap = req.max_output_bytes
         truncated = len(out) > cap or len(err) > cap
-        if truncated:
+        if truncated:  # output past the cap is dropped and the command counted as killed
             out, err, rc = out[:cap], err[:cap], -9
+        if on_output is not None:
+            if out:
+                await on_output("stdout", out)
+            if err:
+                await on_output("stderr", err)
         return ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated)
-
-    @staticmethod
-    def _steps(argv: tuple[str, ...]) -> tuple[_Step, ...] | None:
-        """The builtin steps of ``argv`` if none of them can wait, else None (``_interpret`` runs it)."""
-        try:
-            return _PLANS[argv]
-        except KeyError:
-            pass
-        if argv[:2] == ("/bin/sh", "-c") or argv[:2] == ("sh", "-c"):
-            parsed = _parse_script(argv[2])
-            if parsed is None:
-                return None  # does not parse: _interpret raises where the shell would
-            steps = None if parsed[1] else parsed[0]
-        else:
-            steps = None if _blocks(argv[0]) else ((argv, False),)
-        if sum(map(len, argv)) <= _CACHED_CHARS:
-            if len(_PLANS) >= _SCRIPTS_MAX:
-                _PLANS.clear()
-            _PLANS[argv] = steps
-        return steps
-
-    def _run_steps(self, steps: tuple[_Step, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
-        if len(steps) == 1:
-            words, to_err = steps[0]
-            rc, out, err = self._builtin(words, req, sb)
-            return (rc, b"", out + err) if to_err else (rc, out, err)
-        rc, out, err = 0, b"", b""
-        for words, to_err in steps:
-            rc, o, e = self._builtin(words, req, sb)
-            out, err = (out, err + o + e) if to_err else (out + o, err + e)
-            if words[0] == "exit":
-                break
-        return rc, out, err
 
     async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
         if self.exec_handler is not None:
@@ -343,22 +233,10 @@ class FakeBackend(Backend):
 
     async def _command(self, argv: tuple[str, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
         """A tiny shell: enough commands for the contract suite and orchestration tests."""
-        if _blocks(argv[0]):
-            args = argv[1:]
-            await anyio.sleep(float(args[0]) if args else 0)
-            return 0, b"", b""
-        return self._builtin(argv, req, sb)
-
-    def _builtin(self, argv: tuple[str, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
-        """The builtins that cannot wait (every one but ``sleep``)."""
-        cmd = argv[0]
-        if cmd == "true":
-            return 0, b"", b""
-        if "/" in cmd:
-            if cmd.rsplit("/", 1)[-1] not in _BUILTINS:
-                return 127, b"", f"{cmd}: No such file or directory\n".encode()
-            cmd = cmd.rsplit("/", 1)[-1]
-        args = argv[1:]
+        cmd, args = argv[0], argv[1:]
+        if "/" in cmd and cmd.rsplit("/", 1)[-1] not in _BUILTINS:
+            return 127, b"", f"{cmd}: No such file or directory\n".encode()
+        cmd = cmd.rsplit("/", 1)[-1]
         if cmd == "true":
             return 0, b"", b""
         if cmd == "false":
@@ -379,6 +257,9 @@ class FakeBackend(Backend):
                     return 1, b"", f"cat: {args[0]}: No such file or directory\n".encode()
                 return 0, data, b""
             return 0, req.stdin or b"", b""
+        if cmd == "sleep":
+            await anyio.sleep(float(args[0]) if args else 0)
+            return 0, b"", b""
         if cmd == "exit":
             return int(args[0]) if args else 0, b"", b""
         if cmd == "yes":

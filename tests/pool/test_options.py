@@ -49,7 +49,7 @@ def test_options_document_their_defaults() -> None:
         None,
         None,
     )
-    assert opts.close_grace_seconds < opts.close_timeout_seconds
+    assert opts.close_timeout_seconds is None  # the session's timeouts.close_seconds
     for name in PoolOptions.__dataclass_fields__:
         assert f"``{name}``" in (PoolOptions.__doc__ or ""), f"PoolOptions does not document {name}"
 
