@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from cwsandbox_async import PoolClosedError, PoolState, SandboxPool, SandboxStatus, Session
-from cwsandbox_async.testing import FakeBackend, Latency
+from cwsandbox_async import PoolClosedError, PoolState, SandboxPool, SandboxStatus, Session, Timeouts
+from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
 from .conftest import descendant_pids, make_backend, own_live, tasks_now, wait_until
 
@@ -169,3 +169,15 @@ async def test_concurrent_closers_all_wait_for_the_first() -> None:
                     tg.start_soon(close)
             assert states == [PoolState.CLOSED] * 3
         assert be.live == 0
+
+
+async def test_a_hung_destroy_does_not_stretch_the_pools_close() -> None:
+    """Each stop may take ``stop_seconds``, but never past the close's own budget (a nested shield re-opens nothing)."""
+    be = FakeBackend(seed=23, faults=Faults(destroy_hang=1.0))
+    async with Session(backend=be, timeouts=Timeouts(stop_seconds=30)) as s:
+        pool = SandboxPool(s, size=2, close_timeout_seconds=5)
+        async with pool:
+            await pool.wait_ready()
+            start = anyio.current_time()
+        assert anyio.current_time() - start <= 5 + 0.05
+        assert pool.state is PoolState.CLOSED
