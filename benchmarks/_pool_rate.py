@@ -4,8 +4,11 @@ Each rollout leases a sandbox and runs one workload in it (``true``, or a small 
 program through ``run_python``), ``concurrency`` at a time through ``cwa.gather``; the
 pool is warmed to ``concurrency`` first. The fresh-per-lease pool (the safe default)
 must create and destroy a sandbox per rollout; the reuse pool only execs. Their ratio
-(fresh / reuse, measured in the same run) says what safety costs. Also recorded: the
-fresh pool's warm-hit rate (leases served at once), its create limit and create latency.
+(fresh / reuse, measured in the same run) says what safety costs. A third row creates
+a sandbox per rollout without a pool (``async with session.sandbox()``): what the fresh
+pool must at least match, since both pay one create and one destroy per rollout. Also
+recorded: the fresh pool's warm-hit rate (leases served at once), its create limit and
+create latency.
 """
 
 from __future__ import annotations
@@ -57,31 +60,52 @@ async def rollouts_per_second(
     }
 
 
+async def without_pool(backend: Any, *, n: int, concurrency: int, workload: Workload) -> dict[str, Any]:
+    """Rollouts that each create their own sandbox (no pool), ``concurrency`` at a time."""
+    async with cwa.Session(backend=backend) as session:
+
+        def rollout() -> Callable[[], Awaitable[bool]]:
+            async def run() -> bool:
+                async with session.sandbox() as sb:
+                    return (await workload(sb)).ok
+
+            return run
+
+        start = time.perf_counter()
+        outcomes = await cwa.gather({i: rollout() for i in range(n)}, limit=concurrency)
+        elapsed = time.perf_counter() - start
+    return {"rollouts_per_s": round(n / elapsed, 1), "failed": sum(1 for o in outcomes if not (o.ok and o.value))}
+
+
 async def fresh_vs_reuse(backend: Any, *, n: int, concurrency: int) -> dict[str, Any]:
     """Per workload: the reuse pool, then the fresh pool, and fresh/reuse."""
     out: dict[str, Any] = {"rollouts": n, "concurrency": concurrency}
     for name, workload in WORKLOADS.items():
         reuse = await rollouts_per_second(backend, reuse=True, n=n, concurrency=concurrency, workload=workload)
         fresh = await rollouts_per_second(backend, reuse=False, n=n, concurrency=concurrency, workload=workload)
+        bare = await without_pool(backend, n=n, concurrency=concurrency, workload=workload)
         out[name] = {
             "reuse": reuse,
             "fresh": fresh,
+            "no_pool": bare,
             "ratio_fresh_to_reuse": round(fresh["rollouts_per_s"] / reuse["rollouts_per_s"], 2),
+            "ratio_fresh_to_no_pool": round(fresh["rollouts_per_s"] / bare["rollouts_per_s"], 2),
         }
     return out
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| workload | reuse rollouts/s | fresh rollouts/s | fresh / reuse | fresh warm-hit rate | create limit | "
-        "create ms |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | reuse rollouts/s | fresh rollouts/s | fresh / reuse | no pool rollouts/s | fresh / no pool | "
+        "fresh warm-hit rate | create limit | create ms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in WORKLOADS:
         r = result[name]
         f = r["fresh"]
         lines.append(
             f"| {name} | {r['reuse']['rollouts_per_s']} | {f['rollouts_per_s']} | {r['ratio_fresh_to_reuse']}x | "
+            f"{r['no_pool']['rollouts_per_s']} | {r['ratio_fresh_to_no_pool']}x | "
             f"{f['warm_hit_rate']} | {f['create_limit']} | {f['create_latency_ms']} |"
         )
     return "\n".join(lines)
