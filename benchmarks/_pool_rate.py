@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import cwsandbox_async as cwa
@@ -27,9 +28,28 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
+async def run_rollouts(
+    open_sandbox: Callable[[], AbstractAsyncContextManager[cwa.Sandbox]], workload: Workload, n: int, concurrency: int
+) -> tuple[float, int]:
+    """``n`` rollouts, ``concurrency`` at a time, each in a sandbox from ``open_sandbox()``: (rollouts/s, failed)."""
+
+    def rollout() -> Callable[[], Awaitable[bool]]:
+        async def run() -> bool:
+            async with open_sandbox() as sb:
+                return (await workload(sb)).ok
+
+        return run
+
+    start = time.perf_counter()
+    outcomes = await cwa.gather({i: rollout() for i in range(n)}, limit=concurrency)
+    elapsed = time.perf_counter() - start
+    return round(n / elapsed, 1), sum(1 for o in outcomes if not (o.ok and o.value))
+
+
 async def rollouts_per_second(
     backend: Any, *, reuse: bool, n: int, concurrency: int, workload: Workload
 ) -> dict[str, Any]:
+    """Through a pool warmed to ``concurrency`` (fresh sandbox per lease, or ``reuse``)."""
     async with (
         cwa.Session(backend=backend) as session,
         cwa.SandboxPool(
@@ -37,22 +57,11 @@ async def rollouts_per_second(
         ) as pool,
     ):
         await pool.wait_ready(timeout_seconds=600)
-
-        def rollout() -> Callable[[], Awaitable[bool]]:
-            async def run() -> bool:
-                async with pool.lease() as sb:
-                    return (await workload(sb)).ok
-
-            return run
-
-        start = time.perf_counter()
-        outcomes = await cwa.gather({i: rollout() for i in range(n)}, limit=concurrency)
-        elapsed = time.perf_counter() - start
+        rate, failed = await run_rollouts(pool.lease, workload, n, concurrency)
         stats = pool.statistics()
-    failed = sum(1 for o in outcomes if not (o.ok and o.value))
     latency = stats.create_latency_seconds
     return {
-        "rollouts_per_s": round(n / elapsed, 1),
+        "rollouts_per_s": rate,
         "failed": failed,
         "warm_hit_rate": None if stats.warm_hit_rate is None else round(stats.warm_hit_rate, 3),
         "create_limit": stats.create_limit,
@@ -63,18 +72,8 @@ async def rollouts_per_second(
 async def without_pool(backend: Any, *, n: int, concurrency: int, workload: Workload) -> dict[str, Any]:
     """Rollouts that each create their own sandbox (no pool), ``concurrency`` at a time."""
     async with cwa.Session(backend=backend) as session:
-
-        def rollout() -> Callable[[], Awaitable[bool]]:
-            async def run() -> bool:
-                async with session.sandbox() as sb:
-                    return (await workload(sb)).ok
-
-            return run
-
-        start = time.perf_counter()
-        outcomes = await cwa.gather({i: rollout() for i in range(n)}, limit=concurrency)
-        elapsed = time.perf_counter() - start
-    return {"rollouts_per_s": round(n / elapsed, 1), "failed": sum(1 for o in outcomes if not (o.ok and o.value))}
+        rate, failed = await run_rollouts(session.sandbox, workload, n, concurrency)
+    return {"rollouts_per_s": rate, "failed": failed}
 
 
 async def fresh_vs_reuse(backend: Any, *, n: int, concurrency: int) -> dict[str, Any]:
