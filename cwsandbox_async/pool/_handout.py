@@ -10,7 +10,6 @@ reset hook if there is one. Held leases are registered so that closing can cut t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -68,7 +67,7 @@ class Handout:
     async def acquire(self, wait_seconds: float, hold: float | None) -> Sandbox:
         """A checked sandbox within ``wait_seconds``. Raises as ``SandboxPool.lease`` says."""
         self._check_open()
-        start = time.monotonic()
+        start = anyio.current_time()
         warm, front = True, False
         with anyio.move_on_after(wait_seconds):
             while True:
@@ -90,7 +89,7 @@ class Handout:
                 self._ledger.warm_hits += 1
             else:
                 self._ledger.cold_waits += 1
-            self._record(time.monotonic() - start, warm)
+            self._record(anyio.current_time() - start, warm)
             return sb
         self._ledger.timeouts += 1
         raise self._timed_out(wait_seconds)

@@ -279,12 +279,12 @@ class SandboxPool:
         check_transition(self._life.state, PoolState.OPEN)
         if self._session.state is not SessionState.OPEN:
             raise PoolError("the session is not open; open it first ('async with Session(...)')", infrastructure=False)
+        self._life.to(PoolState.OPEN)  # first: a background that fails at once finds the pool open, and fails it
+        self._session.add_closer(self.aclose)
         daemons = [self._refill.run]
         if self._health.interval is not None:
             daemons.append(self._sweep)
         await self._background.start(*daemons)
-        self._session.add_closer(self.aclose)
-        self._life.to(PoolState.OPEN)
         opts = self._options
         log.debug("pool opened", pool_id=self.pool_id, size=opts.size, max_size=opts.cap, reuse=opts.reuse)
         self._ledger.notify()

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from cwsandbox_async import PoolError, PoolState, PoolTimeoutError, SandboxPool, Session
+from cwsandbox_async._types import SandboxSpec
 from cwsandbox_async.testing import FakeBackend, Faults
 
 from .conftest import FAST, tasks_now
@@ -76,3 +77,25 @@ async def test_leases_held_when_the_pool_fails_keep_their_sandbox_and_release_it
         assert sb.sandbox_id not in be.world  # released: destroyed in the lease's own task
         assert pool.statistics().leased == 0
     assert be.live == 0
+
+
+class BuggyCreateBackend(FakeBackend):
+    """A backend whose create lets an unexpected exception escape (a bug: not in its known-errors map)."""
+
+    async def create(self, spec: SandboxSpec) -> None:
+        await super().create(spec)
+        raise KeyError("a backend bug")
+
+
+async def test_an_unexpected_error_from_the_backend_fails_the_pool_not_relabelled_as_infrastructure() -> None:
+    be = BuggyCreateBackend(seed=32)
+    async with Session(backend=be) as s, SandboxPool(s, size=2, **FAST) as pool:  # type: ignore[arg-type]
+        with pytest.raises(PoolError, match="the pool failed") as info:
+            async with pool.lease(timeout_seconds=30):
+                pass
+        assert isinstance(info.value.__cause__, KeyError)
+        assert not info.value.infrastructure
+        stats = pool.statistics()
+        assert stats.state is PoolState.FAILED and isinstance(stats.failure, KeyError)
+        assert stats.failures == 0  # a bug is not counted as a failed create attempt
+    assert be.live == 0  # the half-created sandboxes were destroyed
