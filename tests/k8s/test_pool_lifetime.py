@@ -13,20 +13,19 @@ pytestmark = needs_bwrap
 async def test_a_lease_sets_the_pods_deadline_from_its_hold_timeout(
     k8s_server: KubeTestServer, make_backend: BackendFactory
 ) -> None:
-    defaults = {"max_lifetime_seconds": None}  # pooled pods carry no TTL of their own here
     async with (
-        cwa.Session(defaults, backend=make_backend(), handle_signals=False) as s,
+        cwa.Session({"max_lifetime_seconds": 3600}, backend=make_backend(), handle_signals=False) as s,
         cwa.SandboxPool(s, size=2, lifetime_margin_seconds=30) as pool,
     ):
         await pool.wait_ready(timeout_seconds=30)
         idle = k8s_server.live_pods()
-        assert all("activeDeadlineSeconds" not in k8s_server.pod(name)["spec"] for name in idle)
+        assert all(k8s_server.pod(name)["spec"]["activeDeadlineSeconds"] == 3600 for name in idle)
         async with pool.lease(hold_timeout_seconds=120) as sb:
             deadline = k8s_server.pod(sb.sandbox_id)["spec"]["activeDeadlineSeconds"]
             assert 150 <= deadline <= 160  # hold + margin, counted from the pod's start
             assert (await sb.exec(["true"])).returncode == 0
-        async with pool.lease() as sb:  # no hold timeout: no PATCH, the pod keeps what it was created with
-            assert "activeDeadlineSeconds" not in k8s_server.pod(sb.sandbox_id)["spec"]
+        async with pool.lease() as sb:  # no hold timeout: no PATCH, the pod keeps the TTL it was created with
+            assert k8s_server.pod(sb.sandbox_id)["spec"]["activeDeadlineSeconds"] == 3600
         assert len(k8s_server.calls("PATCH")) == 1
     await wait_no_pods(k8s_server)
 
@@ -35,7 +34,7 @@ async def test_a_reused_pod_whose_deadline_cannot_be_extended_is_replaced(
     k8s_server: KubeTestServer, make_backend: BackendFactory
 ) -> None:
     async with (
-        cwa.Session({"max_lifetime_seconds": None}, backend=make_backend(), handle_signals=False) as s,
+        cwa.Session({"max_lifetime_seconds": 3600}, backend=make_backend(), handle_signals=False) as s,
         cwa.SandboxPool(s, size=1, max_size=1, reuse=True, lifetime_margin_seconds=30) as pool,
     ):
         async with pool.lease(hold_timeout_seconds=60) as first:
