@@ -70,6 +70,7 @@ class Pacer:
         self._limit = float(fixed if fixed is not None else min(self.INITIAL, self._ceiling))
         self._samples: deque[float] = deque(maxlen=self.WINDOW)
         self._baseline: float | None = None
+        self._last_latency: float | None = None
         self._slow_start = True
         self._decreased_at = -1.0  # loop time of the last shrink
         self.limiter = None if rate is None else AsyncLimiter(burst, burst / rate)
@@ -81,8 +82,11 @@ class Pacer:
 
     @property
     def latency(self) -> float | None:
-        """The recent typical create time (median of the window), None before the first create."""
-        return statistics.median(self._samples) if self._samples else None
+        """The recent typical create time (median of the window, or the last one before it was
+        emptied by a shrink), None before the first create."""
+        if self._samples:
+            self._last_latency = statistics.median(self._samples)
+        return self._last_latency
 
     def set_ceiling(self, ceiling: int) -> None:
         """The pool's ``max_size`` changed (resize)."""
@@ -131,4 +135,5 @@ class Pacer:
         self._slow_start = False
         self._limit = max(1.0, self._limit * factor)
         self._decreased_at = anyio.current_time()
+        self._last_latency = self.latency
         self._samples.clear()
