@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -15,21 +13,7 @@ if TYPE_CHECKING:
     from ._handout import Handout
     from ._ledger import Ledger
 
-__all__ = ["teardown_scope", "wind_down"]
-
-
-def teardown_scope(budget: CloseBudget, seconds: float) -> AbstractContextManager[anyio.CancelScope]:
-    """A shielded cleanup step of the session's close budget, ending by ``seconds`` from now at the latest.
-
-    Cleanup must run even when the caller was cancelled (then it gets ``seconds``), but
-    it never outlives a deadline set above it: the session's close deadline (``budget``
-    lowers every step in progress when a close starts), and the caller's own enclosing
-    deadline (a ``fail_after`` around ``pool.aclose()``), whichever is sooner.
-    """
-    enclosing = anyio.current_effective_deadline()
-    if enclosing != -math.inf:  # -inf: the caller is cancelled; cleanup still gets its own time
-        seconds = min(seconds, max(0.0, enclosing - anyio.current_time()))
-    return budget.shielded(seconds)
+__all__ = ["wind_down"]
 
 
 async def wind_down(
@@ -44,16 +28,18 @@ async def wind_down(
 ) -> bool:
     """Let held leases finish for ``grace``, cut the rest short, stop the background, destroy everything.
 
-    Runs in ``teardown_scope(budget, seconds)``. The leases of the task that closes (a lease closing
-    its own pool) are not waited for. Sandboxes of leases that do not end at once are
-    destroyed under them. Returns False if the budget ran out first (what is left is the
+    Runs as one shielded step of the session's close budget (``budget.shielded(seconds)``):
+    it gets ``seconds`` even when the caller was cancelled, but never outlives the session's
+    close deadline or the caller's own enclosing deadline. The leases of the task that
+    closes (a lease closing its own pool) are not waited for. Sandboxes of leases that do
+    not end at once are destroyed under them. Returns False if the budget ran out first (what is left is the
     Session's to stop).
     """
 
     def no_other_leases() -> bool:
         return handout.leases_held(but_this_task=True) == 0
 
-    with teardown_scope(budget, seconds) as scope:
+    with budget.shielded(seconds) as scope:
         with anyio.move_on_after(grace):
             await ledger.until(no_other_leases)
         handout.cut_short_all()
