@@ -26,6 +26,13 @@ thread, and the Session and pool are created lazily on the first call in that
 loop and kept) or ``code_reward_sync(...)`` (for callers without a loop: one
 persistent loop thread owns the Session and pool; never ``asyncio.run`` per call).
 Both close at interpreter exit; call ``aclose()`` / ``close()`` to close earlier.
+
+``code_reward`` returns a plain ``async def`` function (carrying ``aclose``,
+``close``, ``calls``, ``last_stats`` and ``handle`` as attributes), not an object
+with an async ``__call__``: TRL before 1.14 detects async rewards with
+``inspect.iscoroutinefunction``, which is False for such an object, and would
+iterate the coroutine instead of awaiting it. Every TRL from 1.0 on awaits a
+function.
 """
 
 from __future__ import annotations
@@ -34,9 +41,9 @@ import asyncio
 import atexit
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .._errors import SandboxError, SandboxValidationError
 from .._log import log
@@ -51,6 +58,7 @@ if TYPE_CHECKING:
     from .._sandbox import Sandbox
 
 __all__ = [
+    "AsyncCodeReward",
     "CodeReward",
     "Extractor",
     "RewardCallStats",
@@ -141,8 +149,30 @@ class _Base:
         return source
 
 
+class AsyncCodeReward(Protocol):
+    """What ``code_reward`` returns: an ``async def`` function with a few attributes.
+
+    ``calls`` and ``last_stats`` are refreshed when each call returns (or fails);
+    ``handle`` is the ``CodeReward`` behind the function (its session and settings).
+    """
+
+    __name__: str
+    calls: int
+    last_stats: RewardCallStats | None
+    handle: CodeReward
+
+    async def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]: ...
+
+    #: Close the session (stopping every sandbox) on the function's loop. Idempotent.
+    aclose: Callable[[], Awaitable[None]]
+    #: Close from another thread (or atexit); ``close(timeout_seconds)``.
+    close: Callable[..., None]
+
+
 class CodeReward(_Base):
-    """Async reward function (see the module docstring). Create it with ``code_reward``.
+    """The state behind ``code_reward``'s function (see the module docstring); ``as_function()`` makes one.
 
     Bound to the event loop of its first call: the Session and pool live in a task
     on that loop until ``aclose()`` or interpreter exit. Calling it from another
@@ -184,6 +214,28 @@ class CodeReward(_Base):
             raise SandboxValidationError("completions= is required")
         host = await self._ensure_host()
         return await self._core.score(self._source(host), host.session, completions, kwargs)
+
+    def as_function(self) -> AsyncCodeReward:
+        """A plain ``async def`` reward function that scores through this object (what TRL is given)."""
+        handle = self
+
+        async def reward(
+            prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+        ) -> list[float | None]:
+            try:
+                return await handle(prompts, completions, **kwargs)
+            finally:
+                fn.calls, fn.last_stats = handle.calls, handle.last_stats
+
+        reward.__name__ = reward.__qualname__ = self.__name__
+        reward.__doc__ = f"Sandbox reward {self.__name__!r}: 1.0 passed, 0.0 failed, None no code / infra failure."
+        # A function object takes attributes; the Protocol says which (mypy cannot see them set).
+        fn = cast(AsyncCodeReward, reward)
+        fn.handle = self
+        fn.calls, fn.last_stats = self.calls, self.last_stats
+        fn.aclose = self.aclose
+        fn.close = self.close
+        return fn
 
     async def aclose(self) -> None:
         """Close the session (stopping every sandbox) on this loop. Idempotent."""
@@ -278,8 +330,8 @@ def code_reward(
     backend_options: Mapping[str, Any] | None = None,
     report_to: Sequence[str] | None = None,
     run: Any = None,
-) -> CodeReward:
-    """An async TRL reward function that runs each completion's code in a sandbox.
+) -> AsyncCodeReward:
+    """An async TRL reward function (a plain ``async def``) that runs each completion's code in a sandbox.
 
     ``name`` is what TRL logs (``rewards/<name>/mean``). ``extractor`` maps text to
     code (default: ``<answer>`` tags, then a python fence). ``tests_column`` names the
@@ -289,8 +341,10 @@ def code_reward(
     ``max(pool_size, limit)``), and a lease waits at most ``lease_timeout_seconds``.
     ``defaults``, ``backend``, ``backend_options``, ``report_to`` and ``run`` go to the
     ``Session``. Bad settings raise ``SandboxValidationError`` here, not mid-training.
+    The function has ``aclose()`` (on its loop), ``close()`` (from another thread),
+    ``calls``, ``last_stats`` and ``handle`` (see ``AsyncCodeReward``).
     """
-    return CodeReward(**{k: v for k, v in locals().items()})
+    return CodeReward(**{k: v for k, v in locals().items()}).as_function()
 
 
 def code_reward_sync(
