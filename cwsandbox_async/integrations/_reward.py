@@ -1,4 +1,17 @@
-"""The scoring core behind the TRL reward functions: extract, run (optionally against tests), 1.0 / 0.0 / None."""
+"""The scoring core behind the TRL reward functions: extract, run against the tests, 1.0 / 0.0 / None.
+
+Each program runs under the test harness (``_harness``): 1.0 needs the tests to
+have run to their end, so ending the process early scores 0.0. Outcomes map as:
+
+- the program's own outcome is a score: it failed, ran past its timeout, was
+  OOM-killed, exceeded its CPU budget, or took its own sandbox down (a
+  ``SandboxError`` with ``infrastructure=False``): 0.0;
+- the platform's failure is ``None`` ("not scored"), counted in
+  ``infra_failures``: an infrastructure error, a wall timeout while the program
+  was starved of CPU (also counted in ``starved``), the item deadline;
+- a caller mistake or a bug (any other exception) is logged at ERROR and raised
+  once the whole batch has finished, never turned into a score.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +21,18 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import SandboxTimeoutError, SandboxValidationError
+from .._errors import (
+    PoolError,
+    SandboxError,
+    SandboxTerminatedError,
+    SandboxTimeoutError,
+    SandboxValidationError,
+)
 from .._log import log
+from .._outcome import OutcomeKind
 from .._validate import validate_timeout
 from ._extract import completion_text, extract_code
+from ._harness import harness_run
 from ._run import run_python
 
 if TYPE_CHECKING:
@@ -27,12 +48,18 @@ SandboxSource = Callable[[], AbstractAsyncContextManager["Sandbox"]]
 
 #: Slack added to each item's deadline beyond lease wait + program timeout (exec grace, file transfer).
 ITEM_DEADLINE_SLACK_SECONDS = 30.0
+#: Errors a sandbox call raises for the caller's mistakes (not the program's): never scored, always raised.
+_CALLER_MISTAKES = (SandboxValidationError, SandboxTerminatedError, PoolError)
+#: Outcome kinds that mean "the platform could not reach a verdict": ``None``, counted as infra failures.
+_NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
 class RewardCallStats:
     """What one reward call did. ``sandboxes`` programs ran; ``skipped`` completions had no code;
-    ``infra_failures`` got ``None`` because the platform failed (or missed its deadline)."""
+    ``infra_failures`` got ``None`` because the platform failed (or missed its deadline), ``starved``
+    of them because their wall timeout fired while they were starved of CPU; ``oom_killed``
+    programs were killed for their memory (scored 0.0)."""
 
     call: int
     sandboxes: int
@@ -40,6 +67,8 @@ class RewardCallStats:
     skipped: int
     infra_failures: int
     step: int | None
+    starved: int = 0
+    oom_killed: int = 0
 
     def line(self) -> str:
         """The familiar one-line summary."""
@@ -48,8 +77,24 @@ class RewardCallStats:
             f"{self.passed}/{self.sandboxes} passed, {self.skipped} skipped (no code)"
         )
         if self.infra_failures:
-            text += f", {self.infra_failures} infra failures (not scored)"
+            text += f", {self.infra_failures} infra failures (not scored"
+            text += f"; {self.starved} starved of CPU)" if self.starved else ")"
+        if self.oom_killed:
+            text += f", {self.oom_killed} out of memory"
         return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    """One program's verdict."""
+
+    score: float
+    oom_killed: bool
+
+
+def _starved(error: BaseException | None) -> bool:
+    """Whether a not-scored item's error is a wall timeout that fired while the program was starved of CPU."""
+    return isinstance(error, SandboxTimeoutError) and error.result is not None and error.result.starved
 
 
 def _tests_for(kwargs: Mapping[str, Any], column: str | None, n: int) -> list[str | None]:
@@ -101,32 +146,37 @@ class RewardCore:
         self.last_stats: RewardCallStats | None = None
         self._last_flushed_step: int | None = None
 
-    def programs(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str | None]:
-        """One program per completion (code + its tests), ``None`` where there is no code."""
+    def programs(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, str | None] | None]:
+        """One ``(code, tests)`` per completion, ``None`` where there is no code."""
         tests = _tests_for(kwargs, self.tests_column, len(completions))
-        out: list[str | None] = []
+        out: list[tuple[str, str | None] | None] = []
         for completion, test in zip(completions, tests, strict=True):
             code = self.extractor(completion_text(completion))
-            if code is None or not code.strip():
-                out.append(None)
-            else:
-                out.append(code if test is None else f"{code}\n\n{test}\n")
+            out.append(None if code is None or not code.strip() else (code, test))
         return out
 
-    async def _run_one(self, source: SandboxSource, program: str) -> float:
+    async def _run_one(self, source: SandboxSource, code: str, tests: str | None) -> _Scored:
+        run = harness_run(code, tests)
         async with source() as sandbox:
             try:
-                result = await run_python(sandbox, program, timeout_seconds=self.timeout_seconds, python=self.python)
-            except SandboxTimeoutError as exc:
-                if exc.infrastructure:
+                result = await run_python(
+                    sandbox, run.source, stdin=run.stdin, timeout_seconds=self.timeout_seconds, python=self.python
+                )
+            except SandboxError as exc:
+                if exc.infrastructure or isinstance(exc, _CALLER_MISTAKES):
                     raise
-                return 0.0  # the program ran too long: its own outcome
-        return 1.0 if result.returncode == 0 else 0.0
+                # The program's own outcome: it ran past its timeout, or took its sandbox down with it.
+                partial = exc.result if isinstance(exc, SandboxTimeoutError) else None
+                return _Scored(0.0, partial is not None and partial.oom_killed)
+        return _Scored(1.0 if run.passed(result) else 0.0, result.oom_killed)
 
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[float | None]:
-        """Score a batch: 1.0 passed, 0.0 failed (non-zero exit, timeout), ``None`` no code or infra failure."""
+        """Score a batch (see the module docstring): one ``1.0``/``0.0``/``None`` per completion, in order.
+
+        Raises the first unexpected error (a bug or caller mistake) after every item has finished.
+        """
         from .._gather import as_completed
 
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
@@ -136,29 +186,38 @@ class RewardCore:
         programs = self.programs(completions, kwargs)
         rewards: list[float | None] = [None] * len(programs)
         todo = [(i, p) for i, p in enumerate(programs) if p is not None]
-        work = [functools.partial(self._run_one, source, p) for _, p in todo]
-        infra = 0
+        work = [functools.partial(self._run_one, source, *p) for _, p in todo]
+        infra = starved = oom = 0
+        bugs: list[BaseException] = []
         if work:
             deadline = self.lease_timeout_seconds + self.timeout_seconds + ITEM_DEADLINE_SLACK_SECONDS
             async with as_completed(work, limit=self.limit, timeout_seconds=deadline) as results:
                 async for outcome in results:
                     i = todo[outcome.index][0]
-                    if outcome.ok:
-                        rewards[i] = outcome.value
-                    else:
+                    if outcome.value is not None:
+                        rewards[i] = outcome.value.score
+                        oom += outcome.value.oom_killed
+                    elif outcome.kind in _NOT_SCORED:
                         infra += 1
+                        starved += _starved(outcome.error)
                         log.warning("reward not scored", index=i, kind=str(outcome.kind), error=repr(outcome.error))
-        step = self._step(kwargs)
+                    else:
+                        bugs.append(outcome.error or RuntimeError("reward item failed without an error"))
+                        log.error("reward item failed unexpectedly", index=i, exc_info=outcome.error)
         stats = RewardCallStats(
             call=call,
             sandboxes=len(work),
             passed=sum(1 for r in rewards if r == 1.0),
             skipped=len(programs) - len(work),
             infra_failures=infra,
-            step=step,
+            step=self._step(kwargs),
+            starved=starved,
+            oom_killed=oom,
         )
         self.last_stats = stats
         self._report(stats, session, kwargs)
+        if bugs:
+            raise bugs[0]
         return rewards
 
     @staticmethod
@@ -176,12 +235,16 @@ class RewardCore:
             passed=stats.passed,
             skipped=stats.skipped,
             infra_failures=stats.infra_failures,
+            starved=stats.starved,
+            oom_killed=stats.oom_killed,
             step=stats.step,
         )
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and stats.sandboxes:
             log_metric("cwsandbox/reward/pass_rate", stats.passed / stats.sandboxes)
             log_metric("cwsandbox/reward/infra_failures", float(stats.infra_failures))
+            log_metric("cwsandbox/reward/starved", float(stats.starved))
+            log_metric("cwsandbox/reward/oom_killed", float(stats.oom_killed))
         total = stats.sandboxes + stats.skipped
         if callable(log_metric) and total:
             log_metric("cwsandbox/reward/no_code_fraction", stats.skipped / total)

@@ -17,23 +17,30 @@ INLINE_SOURCE_LIMIT = 100_000
 
 
 async def run_python(
-    sandbox: Sandbox, source: str, *, timeout_seconds: float, python: str = "python3", cwd: str | None = None
+    sandbox: Sandbox,
+    source: str,
+    *,
+    timeout_seconds: float,
+    python: str = "python3",
+    cwd: str | None = None,
+    stdin: bytes | None = None,
 ) -> ExecResult:
     """Run ``source`` with the sandbox's Python and return the result (a non-zero exit is a result).
 
     Small programs take one call: ``Sandbox.run_python`` (the local backend forks a
     warm interpreter) or ``<python> -c`` for another interpreter; large ones (or
     ones with NUL bytes) are written to a file in /tmp first and run from it.
-    Raises what ``Sandbox.exec`` raises: ``SandboxTimeoutError`` when the program
-    runs past ``timeout_seconds`` (not an infrastructure failure; ``.result`` has
+    ``stdin`` is the program's standard input. Raises what ``Sandbox.exec`` raises:
+    ``SandboxTimeoutError`` when the program runs past ``timeout_seconds`` (not an
+    infrastructure failure unless the program was starved of CPU; ``.result`` has
     its output so far), ``SandboxNotRunningError``/``SandboxTransportError`` when
-    the platform fails.
+    the sandbox or its channel fails.
     """
     small = len(source.encode("utf-8", errors="surrogatepass")) <= INLINE_SOURCE_LIMIT and "\x00" not in source
     if small and python == "python3":
-        return await sandbox.run_python(source, timeout_seconds=timeout_seconds, cwd=cwd)
+        return await sandbox.run_python(source, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin)
     if small:
-        return await sandbox.exec([python, "-c", source], timeout_seconds=timeout_seconds, cwd=cwd)
+        return await sandbox.exec([python, "-c", source], timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin)
     path = f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"
     await sandbox.write_file(path, source)
-    return await sandbox.exec([python, path], timeout_seconds=timeout_seconds, cwd=cwd)
+    return await sandbox.exec([python, path], timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin)

@@ -6,18 +6,28 @@
 ``trainer_state``, ``log_metric`` and ``log_extra``; both forms here accept that.
 
 Per completion: the code is taken from ``<answer>...</answer>`` or a
-```` ```python ```` fence (or your ``extractor``), the dataset column named by
-``tests_column`` (a str or list of str, e.g. MBPP's ``test_list``) is appended,
-and the program runs in a fresh sandbox. The reward is
+```` ```python ```` fence (or your ``extractor``), and runs in a fresh sandbox
+followed by the dataset column named by ``tests_column`` (a str or list of str,
+e.g. MBPP's ``test_list``), under a harness that checks the tests ran to their
+end (``_harness``: ending the process early, even with exit code 0, is a
+failure; tests signal failure by raising, e.g. ``assert``). The reward is
 
-- ``1.0`` if it exits 0, ``0.0`` if it exits non-zero or runs past ``timeout_seconds``;
+- ``1.0`` if the program and its tests ran to their end and exited 0;
+- ``0.0`` if they failed, ended the process early, ran past ``timeout_seconds``,
+  were killed for their memory (OOM) or took their own sandbox down;
 - ``None`` if the completion has no code, or if no verdict could be reached
-  because the platform failed (``outcome.infra_failure``: a sandbox died, the
-  backend broke, the lease or item deadline passed). TRL turns ``None`` into NaN,
-  "not applicable", so a broken sandbox is never read as a wrong answer.
+  because the platform failed (``outcome.infra_failure``: a sandbox died for
+  outside reasons, the backend broke, the program was starved of CPU by others,
+  the lease or item deadline passed). TRL turns ``None`` into NaN, "not
+  applicable", so a broken sandbox is never read as a wrong answer.
+
+A caller mistake or a bug (an unexpected exception) is raised after the batch
+finished, never turned into a score. See ``docs/outcomes.md``.
 
 Each call prints ``[CWSandbox] Reward call N: X sandboxes, Y/X passed, Z skipped
-(no code)`` (``verbose=False`` silences it) and, when TRL passes ``trainer_state``,
+(no code)`` (plus infra failures, starved and OOM counts when there are any;
+``verbose=False`` silences it) and passes ``cwsandbox/reward/*`` values to TRL's
+``log_metric`` and, when TRL passes ``trainer_state``,
 flushes the session's sandbox metrics at ``trainer_state.global_step``
 (``Session.log_metrics``; to W&B when a run is active or ``run=`` is given).
 
