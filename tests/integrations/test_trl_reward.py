@@ -7,6 +7,7 @@ asyncio threads and duck-typed objects.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import subprocess
 import sys
 import threading
@@ -81,7 +82,7 @@ async def test_async_reward_scores_logs_and_closes(backend_name: str, capsys: py
                 log_metric=lambda k, v: metrics.setdefault(k, []).append(v),
             )
             assert rewards == [1.0, None, 0.0, 1.0]
-        session = reward._host.session if reward._host else None
+        session = reward.handle._host.session if reward.handle._host else None
         assert session is not None and session.state.value == "open"
     finally:
         await reward.aclose()
@@ -148,8 +149,8 @@ def test_async_reward_on_a_trl_style_loop_thread() -> None:
                 reward(prompts=["p"] * 2, completions=COMPLETIONS[:2], trainer_state=TrainerState(step)), loop
             )
             assert fut.result(timeout=30) == [1.0, None]
-            assert reward._host is not None
-            sessions.append(reward._host.session)
+            assert reward.handle._host is not None
+            sessions.append(reward.handle._host.session)
         assert sessions[0] is sessions[1] is sessions[2]  # kept across calls, not one per call
         assert backend.live >= 1  # the pool keeps sandboxes warm between steps
         reward.close()  # from the main thread, as atexit would
@@ -218,6 +219,15 @@ def test_sync_reward_closes_at_interpreter_exit() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "[0.0]" in proc.stdout  # `true` exits 0 without running the harness: not a pass
     assert "live at exit 0 created" in proc.stdout
+
+
+def test_async_reward_is_a_coroutine_function_for_every_trl() -> None:
+    """TRL < 1.14 awaits a reward only if ``inspect.iscoroutinefunction(f)``; TRL >= 1.14 also looks at __call__."""
+    reward = code_reward(name="unit_tests", pool_size=0, backend=fake())
+    assert inspect.iscoroutinefunction(reward)  # what TRL 1.0-1.13 checks
+    assert reward.__name__ == "unit_tests"  # what TRL names rewards/<name>/mean after
+    sync = code_reward_sync(pool_size=0, backend=fake())
+    assert not inspect.iscoroutinefunction(sync) and not inspect.iscoroutinefunction(sync.__call__)
 
 
 def test_reward_rejects_bad_settings_early() -> None:
