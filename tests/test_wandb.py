@@ -22,7 +22,7 @@ from cwsandbox_async.testing import FakeBackend
 wandb = pytest.importorskip("wandb")
 
 from test_metrics import check_step, make_backend, workload  # noqa: E402
-from wandb_reader import read_history, read_metric_definitions  # noqa: E402
+from wandb_reader import TornLog, _payloads, read_history, read_metric_definitions, records  # noqa: E402
 
 
 @pytest.fixture
@@ -121,3 +121,22 @@ async def test_art_style_run_through_run_argument(offline: Path) -> None:
         assert late.snapshot().executions == 1
     assert (late.snapshot().executions, late.snapshot().sandboxes_destroyed) == (1, 1)
     assert len(our_rows(path)) == 2
+
+
+def test_the_reader_never_parses_a_torn_or_corrupt_log(offline: Path) -> None:
+    """wandb-core may still be writing when we read: a half-written record is waited for, never decoded."""
+    run = wandb.init(project="cwsandbox-async-test", reinit="create_new")
+    for i in range(20):
+        run.log({"x": i})
+    path = Path(run.settings.sync_file)
+    run.finish()
+    data = path.read_bytes()
+    assert [row["x"] for row in read_history(path)] == list(range(20))
+    torn, flipped = path.with_suffix(".torn"), path.with_suffix(".flipped")
+    torn.write_bytes(data[: len(data) - 5])  # the last record cut short
+    flipped.write_bytes(data[:400] + bytes([data[400] ^ 0xFF]) + data[401:])  # one byte corrupted
+    for bad in (torn, flipped):
+        with pytest.raises(TornLog):
+            _payloads(bad.read_bytes())
+        with pytest.raises(AssertionError, match="incomplete"):
+            records(bad, timeout=0.2)
