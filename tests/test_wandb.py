@@ -7,6 +7,7 @@ found through ``wandb.run``, one opened the way ART opens it
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,95 @@ def test_the_reader_never_parses_a_torn_or_corrupt_log(offline: Path) -> None:
             _payloads(bad.read_bytes())
         with pytest.raises(AssertionError, match="incomplete"):
             records(bad, timeout=0.2)
+
+
+# -- ART: wandb_run(model) ---------------------------------------------------------------------
+
+
+class DuckModel:
+    """What wandb_run reads from an ART model (the real one is tested below, marked integration)."""
+
+    def __init__(self, report_metrics: list[str] | None = None) -> None:
+        self.project, self.name, self.report_metrics = "cwsandbox-async-test", "duck-model", report_metrics
+        self.getter_calls = 0
+
+    def _get_wandb_run(self) -> Any:
+        self.getter_calls += 1
+        return "art's run"
+
+
+def test_wandb_run_offline_without_a_key_opens_the_run_art_would(offline: Path) -> None:
+    from cwsandbox_async.integrations.art import wandb_run
+
+    run = wandb_run(DuckModel())
+    try:
+        assert run.project == "cwsandbox-async-test" and run.name == "duck-model" and run.id == "duck-model"
+        assert wandb.run is None  # reinit="create_new", as ART opens it
+    finally:
+        run.finish()
+
+
+def test_wandb_run_uses_arts_run_with_a_key_and_is_none_only_when_wandb_is_off(
+    offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cwsandbox_async.integrations.art import wandb_run
+
+    assert wandb_run(DuckModel(report_metrics=[])) is None
+    assert wandb_run(DuckModel(report_metrics=["stdout"])) is None
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_run(DuckModel()) is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)  # ART logs (and opens its run) only with a key
+    model = DuckModel(report_metrics=["wandb"])
+    assert wandb_run(model) == "art's run" and model.getter_calls == 1
+
+
+def test_wandb_run_fails_loudly_when_wandb_is_wanted_but_cannot_be_had(
+    offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cwsandbox_async.integrations.art import wandb_run
+
+    monkeypatch.delenv("WANDB_MODE")  # online, no key: ART would log nowhere
+    with pytest.raises(cwa.SandboxError, match="WANDB_API_KEY") as info:
+        wandb_run(DuckModel())
+    assert info.value.infrastructure is False
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with pytest.raises(cwa.SandboxError, match="an ART model"):
+        wandb_run(object())
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with pytest.raises(cwa.SandboxError, match="_get_wandb_run"):
+        wandb_run(type("NotArt", (), {"report_metrics": None})())
+
+
+@pytest.mark.integration
+async def test_art_rollouts_land_at_the_step_art_logs_them(
+    offline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ART logs a step's groups at ``result.step``; the sandbox metrics of those rollouts go to that step too."""
+    if importlib.util.find_spec("art") is None:
+        pytest.skip("needs the art extra")
+    from cwsandbox_async.integrations.art import require_art, wandb_run
+
+    art = require_art()
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)  # ART logs (and opens its run) only with a key; offline ignores it
+    model = art.Model(name="align-test", project="cwsandbox-async-test", base_path=str(tmp_path / "art"))
+    run = wandb_run(model)
+    assert run is model._get_wandb_run()  # ART's own run, not a second one
+    backend = FakeBackend()
+    async with cwa.Session(backend=backend, run=run) as session:
+        for step in range(await model.get_step(), 2):
+            async with session.sandbox() as sb:  # this step's rollouts: step + 1 execs
+                for _ in range(step + 1):
+                    await sb.exec(["true"])
+            trajectory = art.Trajectory(messages_and_choices=[{"role": "user", "content": "x"}], reward=float(step))
+            # training would return result.step = step + 1; ART logs the groups there
+            await model.log([art.TrajectoryGroup([trajectory])], split="train", step=step + 1)
+            session.log_metrics(step=step + 1)
+    path = run.settings.sync_file
+    run.finish()
+
+    history = read_history(path)
+    art_rows = {row["training_step"]: row["train/reward"] for row in history if "train/reward" in row}
+    ours = {row[STEP_METRIC]: row["cwsandbox/executions"] for row in history if STEP_METRIC in row}
+    assert art_rows == {1: 0.0, 2: 1.0}
+    assert ours == {1: 1, 2: 2}  # the same steps; no teardown-only row after them
