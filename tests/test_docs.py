@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from markdown_blocks import Block, blocks, doc_files
+from markdown_blocks import ROOT, Block, blocks, doc_files
 
 from cwsandbox_async import SandboxBackendUnavailableError, Session
 
@@ -168,6 +168,19 @@ def test_every_block_is_a_whole_program(block: Block) -> None:
         for n in ast.walk(tree)
     )
     assert runs or not awaits, f"{block.id} awaits but never calls asyncio.run/anyio.run"
+
+
+WEAVE = 'os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")'
+
+
+def test_blocks_and_examples_that_may_open_a_wandb_run_disable_weave() -> None:
+    """With weave installed (ART pulls it in), wandb.init may stop at a weave API-key prompt."""
+    examples = [ROOT / "examples" / "trl_grpo_integration.py", ROOT / "examples" / "art" / "train.py"]
+    for path in examples:
+        assert WEAVE in path.read_text(encoding="utf-8"), path
+    for block in ALL_BLOCKS:
+        if {"wandb", "trl", "art"} & set(block.needs):
+            assert WEAVE in block.source, block.id
 
 
 @pytest.mark.timeout(900)
