@@ -56,6 +56,9 @@ class Session:
     session created, concurrently, shielded from cancellation, within
     ``CLOSE_TIMEOUT_SECONDS``. ``backend`` is a name (``"local"``, ``"kubernetes"``,
     ``"fake"``) or a ``Backend`` instance; ``backend_options`` go to its constructor.
+    ``report_to``/``run`` choose where ``log_metrics`` sends the metrics;
+    ``metrics_namespace="x"`` names them ``cwsandbox/x/*`` (the step stays
+    ``cwsandbox/step``), so several sessions can share one W&B run.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class Session:
         report_to: str | Sequence[str | Reporter] | None = None,
         run: Any = None,
         handle_signals: bool = True,
+        metrics_namespace: str | None = None,
     ) -> None:
         if defaults is None:
             defaults = SandboxDefaults()
@@ -89,7 +93,7 @@ class Session:
         self.metrics = MetricsAggregator()
         self._report_to = report_to
         self._run = run
-        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run)
+        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run, metrics_namespace)
 
     # -- lifecycle -------------------------------------------------------------
     @property
@@ -335,9 +339,11 @@ class Session:
         ``step=None`` means the last step + 1 (0 first). ``reset=False`` keeps
         accumulating after the flush. Returns True if every available reporter
         took the snapshot; False, keeping the data for the next flush, if there
-        is no reporter (no W&B run yet), nothing happened since the last flush,
-        or a reporter failed (logged as a warning). W&B gets ``cwsandbox/step``,
-        never ``step=``. Closing the session flushes what is left as step last + 1.
+        is no reporter (no W&B run yet: warned once), nothing happened since the
+        last flush, or a reporter failed (logged as a warning). W&B gets
+        ``cwsandbox/step``, never ``step=``. Closing the session flushes what is
+        left as step last + 1, or, when it only stopped sandboxes, as step last's
+        ``cwsandbox/teardown/*`` (no trailing row of zeros).
         Thread-safe (may be called off the event loop). Raises
         ``SandboxValidationError`` for a step that is not a non-negative int.
         """

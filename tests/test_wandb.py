@@ -22,7 +22,7 @@ from cwsandbox_async.testing import FakeBackend
 
 wandb = pytest.importorskip("wandb")
 
-from test_metrics import check_step, make_backend, workload  # noqa: E402
+from test_metrics import check_step, check_teardown, make_backend, workload  # noqa: E402
 from wandb_reader import TornLog, _payloads, read_history, read_metric_definitions, records  # noqa: E402
 
 
@@ -70,17 +70,19 @@ async def test_workload_history_read_back_from_the_run(offline: Path) -> None:
     assert flushed == [True] * 5
     history = read_history(path)
     rows = our_rows(path)
-    assert [row[STEP_METRIC] for row in rows] == [0, 1, 2, 3, 4, 5]  # close flush = last + 1
+    assert [row[STEP_METRIC] for row in rows] == [0, 1, 2, 3, 4, 4]  # the close's teardown joins step 4
     steps = [row["_step"] for row in history]
     assert steps == sorted(steps) and len(set(steps)) == len(steps)  # W&B's own step never went back
     assert [row["train/reward"] for row in history if "train/reward" in row] == [0.5, 0.75, 1.0]
-    for row in rows:
+    for row in rows[:-1]:
         check_step(row[STEP_METRIC], row, exp)
+    check_teardown(rows[-1], exp)
     # nothing dropped: the reset windows add up to the whole workload
-    reset_rows = [row for row in rows if row[STEP_METRIC] != 3]
+    reset_rows = [row for row in rows[:-1] if row[STEP_METRIC] != 3]
     assert sum(row["cwsandbox/executions"] for row in reset_rows) == 107
     assert sum(row["cwsandbox/sandboxes_created"] for row in reset_rows) == 4
-    assert sum(row["cwsandbox/sandboxes_destroyed"] for row in reset_rows) == 3 == backend.destroyed
+    destroyed = sum(row["cwsandbox/sandboxes_destroyed"] for row in reset_rows)
+    assert destroyed + rows[-1]["cwsandbox/teardown/sandboxes_destroyed"] == 3 == backend.destroyed
     assert_step_metric_declared(path)
 
 
@@ -106,12 +108,12 @@ async def test_art_style_run_through_run_argument(offline: Path) -> None:
     run.finish()
 
     rows = our_rows(path)
-    assert [row[STEP_METRIC] for row in rows] == [7, 8]
+    assert [row[STEP_METRIC] for row in rows] == [7, 7]  # the close only stopped the sandbox: step 7's teardown
     first, close = rows
     assert (first["cwsandbox/executions"], first["cwsandbox/exec_completed_ok"]) == (3, 2)
     assert first["cwsandbox/exec_completion_rate"] == pytest.approx(2 / 3)
     assert first["cwsandbox/avg_execs_per_sandbox"] == 3 and first["cwsandbox/startup_count"] == 1
-    assert close["cwsandbox/sandboxes_destroyed"] == 1 and close["cwsandbox/executions"] == 0
+    assert close["cwsandbox/teardown/sandboxes_destroyed"] == 1 and "cwsandbox/executions" not in close
     assert_step_metric_declared(path)
 
     # a run finished before the session: nothing raised, nothing lost, still readable
