@@ -24,12 +24,16 @@ failure; tests signal failure by raising, e.g. ``assert``). The reward is
 A caller mistake or a bug (an unexpected exception) is raised after the batch
 finished, never turned into a score. See ``docs/outcomes.md``.
 
-Each call prints ``[CWSandbox] Reward call N: X sandboxes, Y/X passed, Z skipped
-(no code)`` (plus infra failures, starved and OOM counts when there are any;
-``verbose=False`` silences it) and passes ``cwsandbox/reward/*`` values to TRL's
-``log_metric`` and, when TRL passes ``trainer_state``,
-flushes the session's sandbox metrics at ``trainer_state.global_step``
-(``Session.log_metrics``; to W&B when a run is active or ``run=`` is given).
+Each call prints ``[CWSandbox] Reward call N (<name>): X sandboxes, Y/X passed, Z
+skipped (no code)`` (plus infra failures, starved and OOM counts when there are
+any; ``verbose=False`` silences it) and passes ``cwsandbox/<name>/*`` values
+(pass_rate, no_code_fraction, infra_failures, starved, oom_killed) to TRL's
+``log_metric``. When TRL passes ``trainer_state``, it also flushes the session's
+sandbox metrics (``Session.log_metrics``; to W&B when a run is active or ``run=``
+is given) as ``cwsandbox/<name>/*`` at ``cwsandbox/step`` = ``global_step + 1``:
+the ``train/global_step`` TRL logs the same rewards at. The ``name`` keeps two
+rewards in one trainer apart. Reward calls during evaluation fold into the next
+training step's flush.
 
 Use ``code_reward(...)`` (async; TRL runs it on its own persistent event loop
 thread, and the Session and pool are created lazily on the first call in that
@@ -115,6 +119,7 @@ class _Base:
             lease_timeout_seconds=lease_timeout_seconds,
             python=python,
             verbose=verbose,
+            name=name,
         )
         self._pool_size = pool_size
         self._pool_max_size = pool_max_size if pool_max_size is not None else max(pool_size, limit)
@@ -124,6 +129,7 @@ class _Base:
             "backend_options": backend_options,
             "report_to": report_to,
             "run": run,
+            "metrics_namespace": name,  # two rewards in one trainer never write the same keys
             "handle_signals": False,  # the trainer owns the process's signals
         }
         if isinstance(backend, str) and backend not in BACKENDS:
@@ -343,7 +349,8 @@ def code_reward(
 ) -> AsyncCodeReward:
     """An async TRL reward function (a plain ``async def``) that runs each completion's code in a sandbox.
 
-    ``name`` is what TRL logs (``rewards/<name>/mean``). ``extractor`` maps text to
+    ``name`` is what TRL logs (``rewards/<name>/mean``), what the printed line says and
+    the namespace of its metrics (``cwsandbox/<name>/*``). ``extractor`` maps text to
     code (default: ``<answer>`` tags, then a python fence). ``tests_column`` names the
     dataset column with each row's tests. ``timeout_seconds`` bounds each program;
     ``limit`` how many run at once; ``pool_size`` sandboxes are kept warm

@@ -6,9 +6,10 @@ Step rules (documented on ``Session.log_metrics``):
 - The close flush reports what happened since the last flush as step ``last + 1``:
   that activity came after step ``last`` was logged, so it is the next step's, and
   the ``cwsandbox/step`` axis stays strictly increasing. Nothing is passed as W&B's
-  ``step=``, so W&B's own step never goes backwards either. A window that only
-  stopped sandboxes (the teardown of the pool and of whatever was still open) is
-  no step's work: it goes out at step ``last`` under ``cwsandbox/teardown/*``
+  ``step=``, so W&B's own step never goes backwards either. A window in which
+  nothing ran and nothing was leased (the teardown of the pool and of whatever
+  was still open, and a pool's refills after the last step) is no step's work:
+  it goes out at step ``last`` under ``cwsandbox/teardown/*``
   (``MetricsSnapshot.teardown``), never as a trailing row of zeros.
 - Nothing is dropped without a word: the first ``log_metrics`` that finds no
   reporter able to take the window (no W&B run) logs a warning, and so does a

@@ -25,9 +25,10 @@ exec CPU seconds, sandbox-seconds and gatherer outcome counts.
 
 ``as_dict(namespace="x")`` puts every name under ``cwsandbox/x/`` (one namespace
 per TRL reward function, so two of them never write the same keys). A snapshot
-with ``teardown=True`` (the close flush of a window that only stopped
-sandboxes) maps to the few ``cwsandbox/[x/]teardown/*`` names that describe
-teardown, so a step's charts never get a row of zeros after the last step.
+with ``teardown=True`` (the close flush of a window that did no step's work:
+nothing ran or was leased; sandboxes were stopped, or warmed by a pool refilling
+after the last step) maps to the few ``cwsandbox/[x/]teardown/*`` names that
+describe it, so a step's charts never get a row of zeros after the last step.
 """
 
 from __future__ import annotations
@@ -44,7 +45,15 @@ PREFIX = "cwsandbox/"
 #: The section a teardown-only close flush is logged under (``cwsandbox/[<namespace>/]teardown/``).
 TEARDOWN = "teardown/"
 _TEARDOWN_NAMES = frozenset(
-    {"sandboxes_destroyed", "sandboxes_live", "sandbox_seconds", "orphans_swept", "window_seconds"}
+    {
+        "sandboxes_created",
+        "create_failures",
+        "sandboxes_destroyed",
+        "sandboxes_live",
+        "sandbox_seconds",
+        "orphans_swept",
+        "window_seconds",
+    }
 )
 _UNSAFE = re.compile(r"[^a-z0-9_]+")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -170,8 +179,9 @@ class MetricsSnapshot:
 
     @property
     def only_teardown(self) -> bool:
-        """Something happened, but nothing a training step did: sandboxes were only stopped (or swept)."""
-        return self.has_activity and not (self.sandboxes_created or self.executions or self.leases or self.gather)
+        """Something happened, but no step's work: nothing ran or was leased, sandboxes were only
+        stopped, swept or warmed (a pool refilling after the last step, then closing)."""
+        return self.has_activity and not (self.executions or self.leases or self.gather)
 
     # -- flat mapping ----------------------------------------------------------
     def as_dict(self, namespace: str | None = None) -> dict[str, int | float]:

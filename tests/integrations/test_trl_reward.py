@@ -88,12 +88,12 @@ async def test_async_reward_scores_logs_and_closes(backend_name: str, capsys: py
         await reward.aclose()
     out = capsys.readouterr().out
     for n in (1, 2, 3):
-        assert f"[CWSandbox] Reward call {n}: 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
+        assert f"[CWSandbox] Reward call {n} (sandbox_tests): 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
     assert reward.calls == 3 and reward.last_stats is not None and reward.last_stats.step == 1
-    assert metrics["cwsandbox/reward/pass_rate"] == pytest.approx([2 / 3] * 3)
-    assert metrics["cwsandbox/reward/no_code_fraction"] == [0.25] * 3
+    assert metrics["cwsandbox/sandbox_tests/pass_rate"] == pytest.approx([2 / 3] * 3)
+    assert metrics["cwsandbox/sandbox_tests/no_code_fraction"] == [0.25] * 3
     # one flush per training step (the second call at step 0 folds into the next), the rest at close
-    assert reporter.steps[:2] == [0, 1]
+    assert reporter.steps[:2] == [1, 2]  # global_step 0 is step 1's rewards (TRL logs them at train/global_step 1)
     assert sum(reporter.executions) >= 9
     assert await leftovers(backend_name, backend, tag) == 0
     await reward.aclose()  # idempotent
@@ -198,7 +198,7 @@ def test_sync_reward_runs_on_one_persistent_loop(backend_name: str, capsys: pyte
     assert bridge.closed and bridge.host.session is None
     out = capsys.readouterr().out
     for n in (1, 2, 3, 4):
-        assert f"[CWSandbox] Reward call {n}: 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
+        assert f"[CWSandbox] Reward call {n} (sandbox_reward): 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
     assert anyio.run(leftovers, backend_name, backend, tag) == 0
     assert loop_threads() == 0  # close() joined it
 
