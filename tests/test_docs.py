@@ -14,6 +14,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -181,6 +182,15 @@ def test_blocks_and_examples_that_may_open_a_wandb_run_disable_weave() -> None:
     for block in ALL_BLOCKS:
         if {"wandb", "trl", "art"} & set(block.needs):
             assert WEAVE in block.source, block.id
+
+
+def test_readme_exit_codes_are_the_clis() -> None:
+    from cwsandbox_async.cli import EXIT_CODES
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("Exit codes:", 1)[1].split("\n\n", 1)[0]
+    documented = {int(n) for n in re.findall(r"(?<![\w+])(\d{1,3})(?= )", paragraph) if n != "128"}
+    assert documented == set(EXIT_CODES), (sorted(documented), sorted(EXIT_CODES))
 
 
 @pytest.mark.timeout(900)
