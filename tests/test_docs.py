@@ -184,6 +184,64 @@ def test_blocks_and_examples_that_may_open_a_wandb_run_disable_weave() -> None:
             assert WEAVE in block.source, block.id
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "none"
+    return f"{s / 3600:g} h" if s >= 3600 and s % 3600 == 0 else f"{s:g} s"
+
+
+def _mib(n: int | None) -> str:
+    return "unlimited" if n is None else _size(n << 20)
+
+
+def _code_defaults() -> dict[str, str]:
+    """The README's defaults table, computed from the code (the row names are the table's)."""
+    import inspect
+
+    from cwsandbox_async import Resources, Sandbox, SandboxDefaults
+    from cwsandbox_async._validate import MAX_ARGV_BYTES, MAX_FILE_BYTES
+    from cwsandbox_async.gatherer._gather import DEFAULT_LIMIT
+
+    d, r = SandboxDefaults(), Resources()
+    read_max = inspect.signature(Sandbox.read_file).parameters["max_bytes"].default
+    return {
+        "Exec timeout": _seconds(d.exec_timeout_seconds),
+        "Output per stream": _size(d.max_output_bytes),
+        "stdin, `write_file` data": _size(MAX_FILE_BYTES),
+        "`read_file`": _size(read_max),
+        "Command line (argv)": _size(MAX_ARGV_BYTES),
+        "Paths": "absolute",
+        "Memory": _mib(r.memory_mib),
+        "Processes and threads": str(r.pids),
+        "Size of a file a process writes": _mib(r.file_size_mib),
+        "`/tmp`": _mib(r.tmp_mib),
+        f"Working directory `{d.working_dir}`": _mib(r.workspace_mib),
+        "CPU": "unlimited" if r.cpu is None and r.cpu_seconds is None else f"{r.cpu} cores",
+        "Network": "all" if d.network else "none",
+        "Sandbox lifetime": _seconds(d.max_lifetime_seconds),
+        "Sandbox start": _seconds(d.create_timeout_seconds),
+        "Other operations (files, stop)": _seconds(d.operation_timeout_seconds),
+        "Items in flight (gatherer)": str(DEFAULT_LIMIT),
+    }
+
+
+def test_the_readme_defaults_table_is_the_codes() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("<!-- defaults-table -->", 1)[1].strip().split("\n\n", 1)[0].splitlines()
+    rows = {}
+    for line in table[2:]:  # after the header and the |---| line
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = cells[1]
+    assert rows == _code_defaults()
+
+
 def test_readme_exit_codes_are_the_clis() -> None:
     from cwsandbox_async.cli import EXIT_CODES
 
