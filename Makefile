@@ -8,7 +8,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck examples bench bench-quick clean
+.PHONY: demo test test-trl-lowest lint typecheck examples bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: $(STAMP)
 
 test: $(DEV_STAMP)
 	$(PY) -m pytest
+
+# The TRL tests again on the lowest TRL the trl extra allows, in .venv-trl-lowest (needs the trl
+# extra installed in .venv: torch, transformers and the rest are reused from there).
+test-trl-lowest: $(DEV_STAMP)
+	$(PY) tests/trl_lowest.py
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check cwsandbox_async tests benchmarks examples
@@ -43,4 +48,4 @@ bench-quick: $(DEV_STAMP)
 	$(PY) -m benchmarks --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache benchmarks/out
+	rm -rf $(VENV) .venv-trl-lowest .pytest_cache .mypy_cache .ruff_cache benchmarks/out

@@ -10,6 +10,7 @@ one place moves this check too. Exits with pytest's status.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import site
 import subprocess
@@ -33,6 +34,10 @@ def trl_floor() -> str:
 
 def main() -> int:
     floor = trl_floor()
+    needed = ("trl", "torch", "transformers", "datasets", "accelerate")
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"install the trl extra in this venv first (missing: {', '.join(missing)})")
     python = VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
@@ -49,7 +54,9 @@ def main() -> int:
     got = subprocess.run(
         [str(python), "-c", "import trl; print(trl.__version__)"], check=True, capture_output=True, text=True
     ).stdout.strip()
-    if got != floor:
+    from packaging.version import Version  # a dependency of trl and transformers
+
+    if Version(got) != Version(floor):
         raise SystemExit(f"expected trl {floor} in {VENV}, imported {got}")
     print(f"TRL {got} (the floor of the trl extra), other packages from {base_site}", flush=True)
     cmd = [str(python), "-m", "pytest", "-q", "-m", "integration", "-k", "trl", *TESTS]
