@@ -133,11 +133,12 @@ def test_the_reader_never_parses_a_torn_or_corrupt_log(offline: Path) -> None:
         run.log({"x": i})
     path = Path(run.settings.sync_file)
     run.finish()
+    assert [row["x"] for row in read_history(path)] == list(range(20))  # waits until wandb-core wrote it all
     data = path.read_bytes()
-    assert [row["x"] for row in read_history(path)] == list(range(20))
     torn, flipped = path.with_suffix(".torn"), path.with_suffix(".flipped")
     torn.write_bytes(data[: len(data) - 5])  # the last record cut short
-    flipped.write_bytes(data[:400] + bytes([data[400] ^ 0xFF]) + data[401:])  # one byte corrupted
+    mid = len(data) // 2
+    flipped.write_bytes(data[:mid] + bytes([data[mid] ^ 0xFF]) + data[mid + 1 :])  # one byte corrupted
     for bad in (torn, flipped):
         with pytest.raises(TornLog):
             _payloads(bad.read_bytes())
