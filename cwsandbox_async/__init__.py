@@ -24,10 +24,7 @@ from ._errors import (
 from ._feed import GatherStatistics
 from ._gather import OutcomeStream, as_completed, gather
 from ._grpo import GroupedOutcomes, gather_groups
-from ._lease import Lease
 from ._outcome import Outcome, OutcomeKind
-from ._pool import SandboxPool
-from ._pool_types import PoolState, PoolStatistics
 from ._sandbox import Process, Sandbox
 from ._session import Session
 from ._snapshot import MetricsSnapshot
@@ -40,6 +37,7 @@ from ._types import (
     SandboxStatus,
 )
 from ._wait import wait
+from .pool import Lease, PoolState, PoolStatistics, SandboxPool
 
 ProcessResult = ExecResult  # the CoreWeave SDK's name
 

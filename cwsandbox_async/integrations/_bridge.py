@@ -32,7 +32,7 @@ import anyio.from_thread
 
 from .._errors import SandboxError
 from .._log import log
-from .._pool import SandboxPool
+from ..pool import SandboxPool
 
 if TYPE_CHECKING:
     from .._session import Session

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
-from .._pool import SandboxPool
 from .._session import Session
 from .._validate import validate_timeout
+from ..pool import SandboxPool
 from ._tools import (
     ALL_TOOLS,
     BASH_TOOL,

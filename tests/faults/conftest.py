@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from cwsandbox_async import _pool, _sandbox, _session
+from cwsandbox_async import _sandbox, _session
 from cwsandbox_async._errors import SandboxError
 from cwsandbox_async._outcome import Outcome, OutcomeKind
+from cwsandbox_async.pool import _pool
 from cwsandbox_async.testing import FakeBackend
 
 #: Shortened client-side grace periods (seconds); see the module docstring.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ._errors import PoolClosedError, PoolError
+from .._errors import PoolClosedError, PoolError
 
 __all__ = ["PoolState", "PoolStatistics", "check_transition"]
 

@@ -10,23 +10,23 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._errors import (
+from .._errors import (
     PoolClosedError,
     PoolError,
     PoolTimeoutError,
     SandboxValidationError,
 )
+from .._log import log
+from .._sandbox import STOP_TIMEOUT_SECONDS
+from .._types import SandboxStatus
+from .._validate import validate_timeout
+from ._core import PoolCore, ResetHook
+from ._create import count_arg
 from ._lease import Lease
-from ._log import log
-from ._pool_core import PoolCore, ResetHook
-from ._pool_create import count_arg
-from ._pool_types import PoolState, check_transition
-from ._sandbox import STOP_TIMEOUT_SECONDS
-from ._types import SandboxStatus
-from ._validate import validate_timeout
+from ._types import PoolState, check_transition
 
 if TYPE_CHECKING:
-    from ._session import Session
+    from .._session import Session
 
 __all__ = ["ResetHook", "SandboxPool"]
 
@@ -173,7 +173,7 @@ class SandboxPool(PoolCore):
 
     # -- lifecycle -------------------------------------------------------------
     async def __aenter__(self) -> SandboxPool:
-        from ._session import SessionState
+        from .._session import SessionState
 
         check_transition(self._state, PoolState.OPEN)
         if self._session.state is not SessionState.OPEN:

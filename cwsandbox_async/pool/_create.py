@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 import anyio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ._errors import SandboxCreationError, SandboxError, SandboxValidationError
-from ._log import log
-from ._ratelimit import TokenBucket
-from ._validate import validate_timeout
+from .._errors import SandboxCreationError, SandboxError, SandboxValidationError
+from .._log import log
+from .._ratelimit import TokenBucket
+from .._validate import validate_timeout
 
 if TYPE_CHECKING:
-    from ._sandbox import Sandbox
-    from ._session import Session
-    from ._types import SandboxDefaults
+    from .._sandbox import Sandbox
+    from .._session import Session
+    from .._types import SandboxDefaults
 
 __all__ = ["Creator", "count_arg"]
 

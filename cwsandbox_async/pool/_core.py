@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ._deadline import cancel_scope, within
-from ._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxError
-from ._log import log
-from ._pool_create import Creator
-from ._pool_types import PoolState, PoolStatistics
-from ._types import SandboxStatus
+from .._deadline import cancel_scope, within
+from .._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxError
+from .._log import log
+from .._types import SandboxStatus
+from ._create import Creator
+from ._types import PoolState, PoolStatistics
 
 if TYPE_CHECKING:
+    from .._sandbox import Sandbox
+    from .._session import Session
+    from .._types import SandboxDefaults
     from ._lease import Lease
-    from ._sandbox import Sandbox
-    from ._session import Session
-    from ._types import SandboxDefaults
 
 __all__ = ["PoolCore", "ResetHook"]
 
@@ -268,7 +268,7 @@ class PoolCore:
             self._update()
 
     def _keep_creating(self) -> bool:
-        from ._session import SessionState
+        from .._session import SessionState
 
         return self._state is PoolState.OPEN and self._session.state is SessionState.OPEN
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._deadline import cancel_scope
-from ._errors import PoolClosedError, PoolError, SandboxTimeoutError
+from .._deadline import cancel_scope
+from .._errors import PoolClosedError, PoolError, SandboxTimeoutError
 
 if TYPE_CHECKING:
+    from .._sandbox import Sandbox
     from ._pool import SandboxPool
-    from ._sandbox import Sandbox
 
 __all__ = ["Lease"]
 
