@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 
 import cwsandbox_async as cwa
-from cwsandbox_async._metrics import MetricsAggregator
-from cwsandbox_async._snapshot import MetricsSnapshot
 from cwsandbox_async._types import ExecOutcome
+from cwsandbox_async.metrics._aggregator import MetricsAggregator
+from cwsandbox_async.metrics._snapshot import MetricsSnapshot
 from cwsandbox_async.testing import FakeBackend
 
 

@@ -21,13 +21,9 @@ from ._errors import (
     SandboxTransportError,
     SandboxValidationError,
 )
-from ._feed import GatherStatistics
-from ._gather import OutcomeStream, as_completed, gather
-from ._grpo import GroupedOutcomes, gather_groups
-from ._outcome import Outcome, OutcomeKind
-from ._sandbox import Process, Sandbox
+from ._process import Process
+from ._sandbox import Sandbox
 from ._session import Session
-from ._snapshot import MetricsSnapshot
 from ._types import (
     ExecOutcome,
     ExecResult,
@@ -36,7 +32,12 @@ from ._types import (
     SandboxInfo,
     SandboxStatus,
 )
-from ._wait import wait
+from .gatherer._feed import GatherStatistics
+from .gatherer._gather import OutcomeStream, as_completed, gather
+from .gatherer._grpo import GroupedOutcomes, gather_groups
+from .gatherer._outcome import Outcome, OutcomeKind
+from .gatherer._wait import wait
+from .metrics._snapshot import MetricsSnapshot
 from .pool import Lease, PoolState, PoolStatistics, SandboxPool
 
 ProcessResult = ExecResult  # the CoreWeave SDK's name

@@ -21,13 +21,13 @@ import structlog
 from ._deadline import call_backend
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
-from ._metrics import MetricsAggregator
 from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
-from ._snapshot import MetricsSnapshot
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
-from .reporters._dispatch import MetricsReporting
+from .metrics._aggregator import MetricsAggregator
+from .metrics._reporting import MetricsReporting
+from .metrics._snapshot import MetricsSnapshot
 
 if TYPE_CHECKING:
     from .backends.base import Backend

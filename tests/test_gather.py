@@ -470,7 +470,7 @@ async def test_gather_groups_gives_per_group_lists_and_an_infra_mask() -> None:
 
 
 def test_classify_error() -> None:
-    from cwsandbox_async._outcome import classify_error
+    from cwsandbox_async.gatherer._outcome import classify_error
 
     timeout_prog = cwa.SandboxTimeoutError("exec", infrastructure=False)
     timeout_infra = cwa.SandboxTimeoutError("create")

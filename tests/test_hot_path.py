@@ -30,8 +30,8 @@ from cwsandbox_async import (
     _deadline,
 )
 from cwsandbox_async._deadline import bounded, call_backend
-from cwsandbox_async._outcome import Outcome, OutcomeKind, make_outcome
 from cwsandbox_async._validate import exec_request, validate_exec
+from cwsandbox_async.gatherer._outcome import Outcome, OutcomeKind, make_outcome
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
 

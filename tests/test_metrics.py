@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cwsandbox_async as cwa
-from cwsandbox_async._histogram import DEFAULT_RELATIVE_ERROR, LogHistogram
-from cwsandbox_async._metrics import MetricsAggregator
-from cwsandbox_async._snapshot import MetricsSnapshot
 from cwsandbox_async._types import ExecOutcome
+from cwsandbox_async.metrics._aggregator import MetricsAggregator
+from cwsandbox_async.metrics._histogram import DEFAULT_RELATIVE_ERROR, LogHistogram
+from cwsandbox_async.metrics._snapshot import MetricsSnapshot
 from cwsandbox_async.reporters import LogReporter
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
+import pytest
 import structlog
 
 import cwsandbox_async as cwa
@@ -17,10 +19,61 @@ def test_all_is_sorted_and_complete() -> None:
     for name in cwa.__all__:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
-    leaked = (
-        public - set(cwa.__all__) - {"annotations", "backends", "testing", "reporters", "integrations", "cli", "pool"}
-    )
+    subpackages = {"backends", "cli", "gatherer", "integrations", "metrics", "pool", "reporters", "testing"}
+    leaked = public - set(cwa.__all__) - {"annotations"} - subpackages
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
+
+
+#: The public names, pinned: a change here is a change of the public API (and a CHANGELOG entry).
+PUBLIC_NAMES = [
+    "ExecOutcome", "ExecResult", "GatherStatistics", "GroupedOutcomes", "Lease", "MetricsSnapshot",
+    "Outcome", "OutcomeKind", "OutcomeStream", "PoolClosedError", "PoolError", "PoolState",
+    "PoolStatistics", "PoolTimeoutError", "Process", "ProcessResult", "Resources", "Sandbox",
+    "SandboxBackendUnavailableError", "SandboxCreationError", "SandboxDefaults", "SandboxError",
+    "SandboxExecutionError", "SandboxFileError", "SandboxInfo", "SandboxNotRunningError", "SandboxPool",
+    "SandboxStatus", "SandboxTerminatedError", "SandboxTimeoutError", "SandboxTransportError",
+    "SandboxValidationError", "Session", "__version__", "as_completed", "gather", "gather_groups", "wait",
+]  # fmt: skip
+
+
+def test_public_names_are_pinned() -> None:
+    assert cwa.__all__ == PUBLIC_NAMES
+    assert cwa.gather.__module__ == "cwsandbox_async.gatherer._gather", "gather is the function, not a module"
+    assert cwa.ProcessResult is cwa.ExecResult
+
+
+#: The public module paths users import, with their export lists pinned (extend them deliberately).
+PUBLIC_MODULES = {
+    "cwsandbox_async.backends": ["BACKENDS", "Backend", "OutputCallback", "load_backend"],
+    "cwsandbox_async.backends.base": ["Backend", "OutputCallback"],
+    "cwsandbox_async.backends.probes": [
+        "FAIL", "OK", "SKIP", "WARN", "Check", "Probe", "ProbeRequest", "Section", "Status",
+    ],
+    "cwsandbox_async.backends.local": ["DEFAULT_PRELOAD", "LocalBackend"],
+    "cwsandbox_async.backends.kubernetes": ["KubernetesBackend", "KubernetesOptions"],
+    "cwsandbox_async.testing": ["ExecHandler", "FakeBackend", "Faults", "Latency"],
+    "cwsandbox_async.testing.contract": ["BackendContract", "make_request", "make_spec"],
+    "cwsandbox_async.reporters": ["STEP_METRIC", "LogReporter", "Reporter", "WandbReporter"],
+    "cwsandbox_async.integrations.trl": [
+        "CodeReward", "Extractor", "RewardCallStats", "SyncCodeReward", "code_reward", "code_reward_sync",
+        "completion_text", "extract_code",
+    ],
+    "cwsandbox_async.integrations.art": [
+        "ALL_TOOLS", "BASH_TOOL", "CODE_TOOLS", "EXECUTE_CODE_TOOL", "READ_FILE_TOOL", "SHELL_TOOLS",
+        "SUBMIT_SOLUTION_TOOL", "WRITE_FILE_TOOL", "RolloutTimeoutError", "ToolCall", "ToolResult", "execute_tool",
+        "parse_tool_call", "require_art", "run_tool", "sandbox_rollout", "to_responses_format", "tool_message",
+        "wandb_run",
+    ],
+    "cwsandbox_async.cli": ["EXIT_CODES", "main"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", sorted(PUBLIC_MODULES))
+def test_public_module_paths_stay(path: str) -> None:
+    module = importlib.import_module(path)
+    assert sorted(module.__all__) == sorted(PUBLIC_MODULES[path]), f"{path}'s exports changed"
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert missing == [], f"{path} lost {missing}"
 
 
 def test_import_is_lazy() -> None:

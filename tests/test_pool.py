@@ -32,8 +32,8 @@ from cwsandbox_async import (
     SandboxValidationError,
     Session,
 )
-from cwsandbox_async._metrics import MetricsAggregator
 from cwsandbox_async._ratelimit import TokenBucket
+from cwsandbox_async.metrics._aggregator import MetricsAggregator
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
 FAST = {"create_backoff_seconds": 0.01, "create_backoff_max_seconds": 0.05}

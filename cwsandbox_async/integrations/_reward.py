@@ -29,7 +29,7 @@ from .._errors import (
     SandboxValidationError,
 )
 from .._log import log
-from .._outcome import OutcomeKind
+from ..gatherer._outcome import OutcomeKind
 from .._validate import validate_timeout
 from ._extract import completion_text, extract_code
 from ._harness import harness_run
@@ -177,7 +177,7 @@ class RewardCore:
 
         Raises the first unexpected error (a bug or caller mistake) after every item has finished.
         """
-        from .._gather import as_completed
+        from ..gatherer._gather import as_completed
 
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise SandboxValidationError("completions must be a list (one entry per completion)")

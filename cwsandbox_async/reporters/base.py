@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .._snapshot import MetricsSnapshot
+    from ..metrics._snapshot import MetricsSnapshot
 
 __all__ = ["Reporter"]
 

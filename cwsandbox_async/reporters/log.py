@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._log import log
-from .._snapshot import PREFIX
+from ..metrics._snapshot import PREFIX
 
 if TYPE_CHECKING:
-    from .._snapshot import MetricsSnapshot
+    from ..metrics._snapshot import MetricsSnapshot
 
 __all__ = ["LogReporter"]
 

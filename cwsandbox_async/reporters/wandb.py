@@ -17,10 +17,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._log import log
-from .._snapshot import PREFIX
+from ..metrics._snapshot import PREFIX
 
 if TYPE_CHECKING:
-    from .._snapshot import MetricsSnapshot
+    from ..metrics._snapshot import MetricsSnapshot
 
 __all__ = ["STEP_METRIC", "WandbReporter"]
 

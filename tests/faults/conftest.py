@@ -16,7 +16,7 @@ import pytest
 
 from cwsandbox_async import _sandbox, _session
 from cwsandbox_async._errors import SandboxError
-from cwsandbox_async._outcome import Outcome, OutcomeKind
+from cwsandbox_async.gatherer._outcome import Outcome, OutcomeKind
 from cwsandbox_async.pool import _pool
 from cwsandbox_async.testing import FakeBackend
 

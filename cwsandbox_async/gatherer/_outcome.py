@@ -21,7 +21,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ._errors import SandboxError
+from .._errors import SandboxError
 
 __all__ = ["Outcome", "OutcomeKind", "classify_error", "make_outcome"]
 

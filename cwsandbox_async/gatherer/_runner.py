@@ -20,10 +20,10 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
-from ._deadline import cancel_scope
-from ._errors import SandboxTimeoutError, SandboxValidationError
+from .._deadline import cancel_scope
+from .._errors import SandboxTimeoutError, SandboxValidationError
+from .._log import log
 from ._feed import Feed, FeedFailed
-from ._log import log
 from ._outcome import Outcome, OutcomeKind, classify_error, make_outcome
 
 __all__ = ["OutcomeSink", "Runner", "Sender"]

@@ -21,8 +21,9 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from ._errors import SandboxValidationError
-from ._sandbox import Process, Sandbox
+from .._errors import SandboxValidationError
+from .._process import Process
+from .._sandbox import Sandbox
 
 __all__ = ["wait"]
 

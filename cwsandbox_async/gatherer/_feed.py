@@ -9,8 +9,8 @@ from typing import Any
 
 import anyio
 
-from ._errors import SandboxValidationError
-from ._log import log
+from .._errors import SandboxValidationError
+from .._log import log
 
 __all__ = ["Feed", "FeedFailed", "GatherStatistics"]
 

@@ -25,15 +25,15 @@ import structlog
 
 from .._errors import SandboxValidationError
 from .._log import log
-from .base import Reporter
-from .log import LogReporter
-from .wandb import WandbReporter
+from ..reporters.base import Reporter
+from ..reporters.log import LogReporter
+from ..reporters.wandb import WandbReporter
 
 if TYPE_CHECKING:
     import contextvars
     from collections.abc import Mapping
 
-    from .._metrics import MetricsAggregator
+    from ._aggregator import MetricsAggregator
 
 __all__ = ["MetricsReporting", "resolve_reporters"]
 

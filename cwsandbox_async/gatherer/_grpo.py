@@ -12,7 +12,7 @@ from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ._errors import SandboxValidationError
+from .._errors import SandboxValidationError
 from ._gather import DEFAULT_LIMIT, OutcomeSink, Work, gather
 from ._outcome import Outcome
 

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 from types import MappingProxyType
 
+from .._types import ExecOutcome
 from ._histogram import LogHistogram
 from ._snapshot import Distribution, MetricsSnapshot, Summary
-from ._types import ExecOutcome
 
 __all__ = ["MetricsAggregator"]
 

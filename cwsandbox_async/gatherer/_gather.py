@@ -30,12 +30,12 @@ from typing import Any, Generic, TypeAlias, TypeVar, cast
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ._errors import SandboxError, SandboxValidationError
+from .._errors import SandboxError, SandboxValidationError
+from .._log import log
+from .._validate import validate_timeout
 from ._feed import Feed, FeedFailed, GatherStatistics
-from ._log import log
 from ._outcome import Outcome
 from ._runner import OutcomeSink, Runner
-from ._validate import validate_timeout
 
 __all__ = [
     "DEFAULT_LIMIT",

@@ -1,0 +1,50 @@
+"""The Kubernetes backend's doctor probes: configuration found, API server reachable, pods listable.
+
+It loads the configuration the backend would use and calls the API server
+(version, then a pod list in the namespace). No configuration is ``skip`` unless
+Kubernetes was asked for by name; a configured but unreachable cluster is
+``warn``, or ``fail`` when asked for by name. The contract is in
+``cwsandbox_async.backends.probes``.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from ..._errors import SandboxError
+from ..probes import FAIL, OK, SKIP, WARN, ProbeRequest, Section
+
+__all__ = ["probe"]
+
+
+async def probe(section: Section, request: ProbeRequest) -> None:
+    """Config found? API server reachable? Pods listable in the namespace?"""
+    from ._backend import KubernetesBackend
+    from ._config import load_config
+    from ._options import KubernetesOptions
+
+    options, explicit = dict(request.options), request.explicit
+    unreachable = FAIL if explicit else WARN
+    try:
+        opts = KubernetesOptions.from_kwargs(options)
+        cfg = await anyio.to_thread.run_sync(load_config, opts)
+    except SandboxError as exc:
+        section.add("config", FAIL if explicit else SKIP, str(exc), "load kubeconfig / in-cluster config")
+        return
+    section.add("config", OK, f"{cfg.source or cfg.server} (namespace {cfg.namespace})", "load the configuration")
+    section.facts.update(server=cfg.server, namespace=cfg.namespace)
+    backend = KubernetesBackend(**{**options, "sweep_on_close": False})
+    budget = request.timeout_seconds
+    try:
+        with anyio.fail_after(budget):
+            client, ns = await backend._ensure()
+            version = await client.request("GET", "/version", budget=budget, what="get the server version")
+        section.add("reachable", OK, f"API server {version.get('gitVersion', '?')}", "GET /version")
+        with anyio.fail_after(budget):
+            pods = await backend.list()
+        section.add("pods listable", OK, f"{len(pods)} sandbox pods in namespace {ns}", "list pods by label")
+    except (SandboxError, TimeoutError) as exc:
+        section.add("reachable", unreachable, f"{type(exc).__name__}: {exc}", "GET /version; list pods")
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(budget):
+            await backend.aclose()

@@ -1,0 +1,201 @@
+"""The commands of ``cwsandbox-async`` (doctor, list, sweep, exec, bench) and ``main``.
+
+Every command takes ``--backend local|kubernetes`` with its options and ``--json``
+for machine-readable output (one JSON document on stdout; errors too). Exit codes
+are listed in ``EXIT_CODES`` and in ``cwsandbox-async --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .._errors import (
+    SandboxBackendUnavailableError,
+    SandboxError,
+    SandboxTimeoutError,
+    SandboxValidationError,
+)
+from .._types import ExecResult, Resources, SandboxDefaults
+
+__all__ = ["EXIT_CODES", "main"]
+
+from ._output import emit, exit_status, info_dict, result_doc, table
+from ._parser import (
+    DEFAULT_TAG,
+    EXIT_CODES,
+    EXIT_EXEC_ERROR,
+    EXIT_EXEC_TIMEOUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SANDBOX,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    UsageError,
+    backend_options,
+    build_parser,
+)
+
+
+def _session(args: argparse.Namespace, defaults: SandboxDefaults | None = None) -> Any:
+    from .._session import Session
+
+    name, options = backend_options(args)
+    return Session(defaults or SandboxDefaults(), backend=name, backend_options=options)
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    async with _session(args) as s:
+        infos = await s.list(args.tag)
+    now = time.time()
+    rows = [info_dict(i, now) for i in infos]
+    emit(args, {"backend": args.backend or "local", "sandboxes": rows}, table(rows))
+    return EXIT_OK
+
+
+async def cmd_sweep(args: argparse.Namespace) -> int:
+    if not args.tag and args.older_than is None:
+        raise UsageError("sweep needs --tag and/or --older-than, so it cannot stop everything by accident")
+    async with _session(args) as s:
+        now = time.time()
+        matched = [
+            i for i in await s.list(args.tag) if args.older_than is None or now - i.created_at >= args.older_than
+        ]
+        swept: list[str] = []
+        if not args.dry_run and matched:
+            swept = await s.sweep(args.tag, older_than_seconds=args.older_than)
+            left = {i.sandbox_id for i in await s.list(args.tag)} & set(swept)
+        else:
+            left = set()
+    doc = {
+        "backend": args.backend or "local",
+        "dry_run": args.dry_run,
+        "matched": [info_dict(i, now) for i in matched],
+        "swept": swept,
+        "failed": sorted(left),
+    }
+    if args.dry_run:
+        text = f"would stop {len(matched)} sandbox(es)" + (f":\n{table(doc['matched'])}" if matched else "")
+    else:
+        text = f"stopped {len(swept) - len(left)} sandbox(es)" + (
+            f"; could not stop: {', '.join(sorted(left))}" if left else ""
+        )
+    emit(args, doc, text)
+    return EXIT_FAILED if left else EXIT_OK
+
+
+async def cmd_exec(args: argparse.Namespace) -> int:
+    words = list(args.cmd)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if not words:
+        raise UsageError("exec needs a command: cwsandbox-async exec [options] -- COMMAND [ARG ...]")
+    command: str | list[str] = " ".join(words) if args.shell else words
+    stdin = await anyio.to_thread.run_sync(sys.stdin.buffer.read) if args.stdin else None
+    res: dict[str, Any] = {}
+    for key in ("memory_mib", "pids", "cpu"):
+        if getattr(args, key) is not None:
+            res[key] = getattr(args, key)
+    overrides: dict[str, Any] = {
+        "tags": (DEFAULT_TAG, *args.tag),
+        "network": args.network,
+        "create_timeout_seconds": args.create_timeout,
+        "env": dict(args.env),
+    }
+    if res:
+        overrides["resources"] = Resources(**res)
+    if args.max_output_bytes is not None:
+        overrides["max_output_bytes"] = args.max_output_bytes
+    if args.cwd is not None:
+        overrides["working_dir"] = args.cwd
+    defaults = SandboxDefaults().with_overrides(**overrides)
+    result: ExecResult | None = None
+    error: BaseException | None = None
+    async with _session(args, defaults) as s, s.sandbox() as sb:
+        try:
+            if args.json:
+                result = await sb.exec(command, timeout_seconds=args.timeout, stdin=stdin)
+            else:
+                process = sb.process(command, timeout_seconds=args.timeout, stdin=stdin)
+                async with process as p, anyio.create_task_group() as tg:
+                    tg.start_soon(_pump, p.stdout, sys.stdout.buffer)
+                    tg.start_soon(_pump, p.stderr, sys.stderr.buffer)
+                result = await p.wait()  # outside the block: its error is raised as it is
+        except SandboxTimeoutError as exc:
+            if exc.infrastructure:
+                raise
+            error, result = exc, exc.result
+    code = EXIT_EXEC_TIMEOUT if error is not None else exit_status(result) if result is not None else EXIT_EXEC_ERROR
+    if args.json:
+        emit(args, result_doc(result, error, code), "")
+    elif error is not None:
+        print(f"cwsandbox-async: {error}", file=sys.stderr)
+    return code
+
+
+async def _pump(stream: Any, out: Any) -> None:
+    """Copy output chunks to our own stdout/stderr as they arrive (a CLI's loop has nothing else to serve)."""
+    async for chunk in stream:
+        out.write(chunk)
+        out.flush()
+
+
+async def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import render, run_doctor
+
+    name, options = backend_options(args)
+    report = await run_doctor(name, options, skip=("kubernetes",) if args.skip_kubernetes else ())
+    emit(args, report.as_dict(), render(report))
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    root = Path(__file__).resolve().parent.parent.parent
+    if not (root / "benchmarks" / "__main__.py").is_file():
+        raise UsageError(f"the benchmarks ship with the source repository; none found next to the package ({root})")
+    argv = [sys.executable, "-m", "benchmarks", *(["--quick"] if args.quick else [])]
+    if args.only:
+        argv += ["--only", args.only]
+    return subprocess.run(argv, cwd=root, check=False).returncode
+
+
+COMMANDS = {"list": cmd_list, "sweep": cmd_sweep, "exec": cmd_exec, "doctor": cmd_doctor}
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, code: int) -> int:
+    message = str(exc) or type(exc).__name__
+    print(f"cwsandbox-async: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"exit_code": code, "error": {"type": type(exc).__name__, "message": message}}))
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (see ``EXIT_CODES``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    is_exec = args.command == "exec"
+    try:
+        if args.command == "bench":
+            return cmd_bench(args)
+        return anyio.run(COMMANDS[args.command], args, backend="asyncio")
+    except UsageError as exc:
+        return _fail(args, exc, EXIT_USAGE)
+    except SandboxValidationError as exc:
+        return _fail(args, exc, EXIT_USAGE)
+    except SandboxBackendUnavailableError as exc:
+        return _fail(args, exc, EXIT_EXEC_ERROR if is_exec else EXIT_UNAVAILABLE)
+    except SandboxError as exc:
+        return _fail(args, exc, EXIT_EXEC_ERROR if is_exec else EXIT_SANDBOX)
+    except KeyboardInterrupt:
+        print("cwsandbox-async: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
