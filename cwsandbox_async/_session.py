@@ -95,7 +95,7 @@ class Session:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            raise SandboxError("session is not open; use 'async with Session(...)'")
+            raise SandboxError("session is not open; use 'async with Session(...)'", infrastructure=False)
         return self._backend
 
     @property
@@ -109,7 +109,7 @@ class Session:
 
     async def open(self) -> Session:
         if self._state is not SessionState.NEW:
-            raise SandboxError(f"session is {self._state.value}; a session can be opened once")
+            raise SandboxError(f"session is {self._state.value}; a session can be opened once", infrastructure=False)
         self._backend = load_backend(self._backend_spec, **self._backend_options)
         self._state = SessionState.OPEN
         self._ctx_token = structlog.contextvars.bind_contextvars(session_id=self.session_id)
@@ -182,7 +182,9 @@ class Session:
 
     def _check_open(self) -> None:
         if self._state is not SessionState.OPEN:
-            raise SandboxError(f"session is {self._state.value}; it must be open (use 'async with')")
+            raise SandboxError(
+                f"session is {self._state.value}; it must be open (use 'async with')", infrastructure=False
+            )
 
     def add_closer(self, closer: Any) -> None:
         """Register an async callable run at close, before sandboxes are stopped (pools use this)."""
@@ -271,7 +273,9 @@ class Session:
         log.debug("sandbox created", sandbox_id=sandbox_id, startup_seconds=round(startup, 4))
         if self._state is not SessionState.OPEN:  # closed while we were creating
             await sb.stop()
-            raise SandboxError("session closed while the sandbox was being created", sandbox_id=sandbox_id)
+            raise SandboxError(  # the caller closed it: not the platform's failure
+                "session closed while the sandbox was being created", sandbox_id=sandbox_id, infrastructure=False
+            )
         return sb
 
     async def _destroy_quietly(self, sandbox_id: str) -> None:

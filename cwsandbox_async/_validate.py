@@ -247,6 +247,25 @@ def _validate_resources(res: object) -> Resources:
     return res
 
 
+def validate_share(value: object, name: str, *, upper: float) -> float:
+    """A finite number in ``[0, upper]`` (a fraction, or a ratio when ``upper`` is infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
+        bound = "a finite number >= 0" if math.isinf(upper) else f"a number in [0, {upper:g}]"
+        raise SandboxValidationError(f"{name} must be {bound}, got {value!r}")
+    if not math.isfinite(value):
+        raise SandboxValidationError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def validate_cpu_seconds(value: object) -> float | None:
+    """A per-exec CPU-time budget: ``None`` (no budget) or a positive finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SandboxValidationError(f"cpu_seconds must be a positive number of seconds or None, got {value!r}")
+    return float(value)
+
+
 def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
     """Validate ``SandboxDefaults`` fields given as keyword overrides."""
     names = {f.name for f in dataclasses.fields(base)}
@@ -273,6 +292,8 @@ def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict
         elif key == "network":
             if not isinstance(value, bool):
                 raise SandboxValidationError("network must be a bool")
+        elif key in ("starved_cpu_share", "starved_wait_share"):
+            out[key] = validate_share(value, key, upper=1.0 if key == "starved_cpu_share" else math.inf)
         elif key == "image" and value is not None and (not isinstance(value, str) or not value):
             raise SandboxValidationError("image must be a non-empty str or None")
     return out

@@ -51,7 +51,7 @@ PUBLIC_MODULES = {
     ],
     "cwsandbox_async.backends.local": ["DEFAULT_PRELOAD", "LocalBackend"],
     "cwsandbox_async.backends.kubernetes": ["KubernetesBackend", "KubernetesOptions"],
-    "cwsandbox_async.testing": ["ExecHandler", "FakeBackend", "Faults", "Latency"],
+    "cwsandbox_async.testing": ["ExecExit", "ExecHandler", "FakeBackend", "Faults", "Latency"],
     "cwsandbox_async.testing.contract": ["BackendContract", "make_request", "make_spec"],
     "cwsandbox_async.reporters": ["STEP_METRIC", "LogReporter", "Reporter", "WandbReporter"],
     "cwsandbox_async.integrations.trl": [

@@ -29,8 +29,8 @@ from .._errors import (
     SandboxValidationError,
 )
 from .._log import log
-from ..gatherer._outcome import OutcomeKind
 from .._validate import validate_timeout
+from ..gatherer._outcome import OutcomeKind
 from ._extract import completion_text, extract_code
 from ._harness import harness_run
 from ._run import run_python
@@ -51,7 +51,7 @@ ITEM_DEADLINE_SLACK_SECONDS = 30.0
 #: Errors a sandbox call raises for the caller's mistakes (not the program's): never scored, always raised.
 _CALLER_MISTAKES = (SandboxValidationError, SandboxTerminatedError, PoolError)
 #: Outcome kinds that mean "the platform could not reach a verdict": ``None``, counted as infra failures.
-_NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
+_NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.STARVED, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +90,6 @@ class _Scored:
 
     score: float
     oom_killed: bool
-
-
-def _starved(error: BaseException | None) -> bool:
-    """Whether a not-scored item's error is a wall timeout that fired while the program was starved of CPU."""
-    return isinstance(error, SandboxTimeoutError) and error.result is not None and error.result.starved
 
 
 def _tests_for(kwargs: Mapping[str, Any], column: str | None, n: int) -> list[str | None]:
@@ -160,7 +155,12 @@ class RewardCore:
         async with source() as sandbox:
             try:
                 result = await run_python(
-                    sandbox, run.source, stdin=run.stdin, timeout_seconds=self.timeout_seconds, python=self.python
+                    sandbox,
+                    run.source,
+                    stdin=run.stdin,
+                    timeout_seconds=self.timeout_seconds,
+                    python=self.python,
+                    exclusive=True,
                 )
             except SandboxError as exc:
                 if exc.infrastructure or isinstance(exc, _CALLER_MISTAKES):
@@ -199,7 +199,7 @@ class RewardCore:
                         oom += outcome.value.oom_killed
                     elif outcome.kind in _NOT_SCORED:
                         infra += 1
-                        starved += _starved(outcome.error)
+                        starved += outcome.kind is OutcomeKind.STARVED
                         log.warning("reward not scored", index=i, kind=str(outcome.kind), error=repr(outcome.error))
                     else:
                         bugs.append(outcome.error or RuntimeError("reward item failed without an error"))

@@ -299,7 +299,9 @@ async def run_tool(
 async def _submit(sandbox: Sandbox, code: str, tests: str, timeout_seconds: float, python: str) -> ToolResult:
     """Run ``code`` then ``tests`` under the harness; passed only if the tests ran to their end."""
     run = harness_run(code, tests)
-    result = await run_python(sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python)
+    result = await run_python(
+        sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python, exclusive=True
+    )
     passed = run.passed(result)
     text = "All tests passed." if passed else "Tests failed.\n" + _exec_observation(result, stdout=run.output(result))
     return ToolResult("submit_solution", _clip(text), passed, submitted=True, passed=passed)

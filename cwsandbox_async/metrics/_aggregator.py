@@ -64,11 +64,13 @@ class _Window:
         "leases",
         "nonzero",
         "ok",
+        "oom",
         "per_sandbox",
         "retries",
         "sandbox_seconds",
         "started",
         "startup_hist",
+        "starved",
         "swept",
         "timeouts",
         "warm_hits",
@@ -79,6 +81,7 @@ class _Window:
         self.accrue_from = started  # live sandboxes accrue sandbox-seconds from here
         self.created = self.create_failures = self.create_infra = self.destroyed = 0
         self.executions = self.ok = self.nonzero = self.failures = self.timeouts = self.infra = 0
+        self.starved = self.oom = 0
         self.exec_cpu = self.sandbox_seconds = 0.0
         self.startup_hist = LogHistogram()
         self.exec_hist = LogHistogram()
@@ -113,6 +116,8 @@ class _Window:
         self.nonzero += old.nonzero
         self.failures += old.failures
         self.timeouts += old.timeouts
+        self.starved += old.starved
+        self.oom += old.oom
         self.infra += old.infra
         self.exec_cpu += old.exec_cpu
         self.sandbox_seconds += old.sandbox_seconds
@@ -200,11 +205,20 @@ class MetricsAggregator:
         *,
         timed_out: bool = False,
         infrastructure: bool = False,
+        starved: bool = False,
+        oom_killed: bool = False,
     ) -> None:
-        """One exec ended. A timeout or infrastructure error is also a ``FAILURE`` outcome."""
+        """One exec ended. A timeout or infrastructure error is also a ``FAILURE`` outcome.
+
+        ``starved``: a timeout that fired while the command was starved of CPU (also a
+        timeout and an infrastructure failure); ``oom_killed``: the kernel killed the
+        command for its memory (any outcome).
+        """
         with self._lock:
             w = self._window
             w.executions += 1
+            if oom_killed:
+                w.oom += 1
             if outcome is _OK:
                 w.ok += 1
             elif outcome is _NONZERO:
@@ -213,6 +227,8 @@ class MetricsAggregator:
                 w.failures += 1
                 if timed_out:
                     w.timeouts += 1
+                    if starved:
+                        w.starved += 1
                 if infrastructure:
                     w.infra += 1
             w.exec_cpu += cpu_seconds
@@ -306,6 +322,8 @@ class MetricsAggregator:
             exec_failures=w.failures,
             exec_timeouts=w.timeouts,
             exec_infra_failures=w.infra,
+            exec_starved=w.starved,
+            exec_oom_killed=w.oom,
             create_infra_failures=w.create_infra,
             exec_cpu_seconds=w.exec_cpu,
             sandbox_seconds=w.sandbox_seconds + alive_seconds,
