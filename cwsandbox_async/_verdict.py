@@ -15,8 +15,9 @@ and raises ``timeout_error`` for a timed-out one. The rule (docs/outcomes.md):
   ``starved_cpu_share`` of the CPU the sandbox was entitled to
   (``min(1, resources.cpu)`` cores). A program that sleeps has no run-queue wait;
   one whose own processes (children, daemons it left, other execs in its sandbox)
-  compete with it uses its share; a backend that cannot measure the wait never
-  reports starvation. Both thresholds are ``SandboxDefaults`` settings.
+  compete with it uses its share; a backend that cannot measure both the wait and
+  the sandbox's CPU never reports starvation (no evidence: the program's timeout).
+  Both thresholds are ``SandboxDefaults`` settings.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ __all__ = ["exec_result", "is_starved", "timeout_error"]
 
 def is_starved(ex: ExecExit, defaults: SandboxDefaults) -> bool:
     """Whether a timed-out exec was starved of CPU by others (see the module docstring)."""
-    wait, wall = ex.cpu_wait_seconds, ex.wall_seconds
-    if not ex.timed_out or wait is None or wall <= 0:
+    wait, sandbox_cpu, wall = ex.cpu_wait_seconds, ex.sandbox_cpu_seconds, ex.wall_seconds
+    if not ex.timed_out or wait is None or sandbox_cpu is None or wall <= 0:
         return False
     cores = defaults.resources.cpu
     entitled = 1.0 if cores is None else min(1.0, cores)
-    used = max(ex.cpu_seconds, ex.sandbox_cpu_seconds or 0.0)
+    used = max(ex.cpu_seconds, sandbox_cpu)
     return used < defaults.starved_cpu_share * entitled * wall and wait >= defaults.starved_wait_share * wall
 
 

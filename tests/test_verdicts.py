@@ -22,8 +22,10 @@ from cwsandbox_async.integrations.trl import code_reward
 from cwsandbox_async.testing import ExecExit, FakeBackend, Faults
 
 
-def timed_out(wall: float = 2.0, cpu: float = 0.0, wait: float | None = None, sandbox_cpu: float | None = None) -> Any:
-    return ExecExit(-9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=sandbox_cpu)
+def timed_out(cpu: float, wait: float | None, sandbox_cpu: Any = ..., wall: float = 2.0) -> ExecExit:
+    """A timed-out exit; the sandbox's CPU is the command's own unless given (``None``: not measured)."""
+    sandbox = cpu if sandbox_cpu is ... else sandbox_cpu
+    return ExecExit(-9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=sandbox)
 
 
 DEFAULTS = SandboxDefaults()
@@ -35,11 +37,12 @@ DEFAULTS = SandboxDefaults()
         ("starved: little CPU, long run-queue wait", timed_out(cpu=0.1, wait=1.8), True),
         ("an infinite loop alone: it used its CPU", timed_out(cpu=1.95, wait=0.02), False),
         ("a program that only sleeps: no run-queue wait", timed_out(cpu=0.0, wait=0.0), False),
-        ("no measurement: never starved", timed_out(cpu=0.1, wait=None), False),
+        ("no wait measured: never starved", timed_out(cpu=0.1, wait=None), False),
+        ("no sandbox CPU measured: never starved", timed_out(cpu=0.1, wait=1.8, sandbox_cpu=None), False),
         ("its own busy children: the tree used the CPU", timed_out(cpu=1.9, wait=5.0), False),
         ("daemons it left burn the sandbox's CPU", timed_out(cpu=0.1, wait=1.8, sandbox_cpu=1.9), False),
         ("little wait: blocked on something else", timed_out(cpu=0.1, wait=0.2), False),
-        ("it did not time out", ExecExit(1, b"", b"", 2.0, 0.1, cpu_wait_seconds=1.8), False),
+        ("it did not time out", ExecExit(1, b"", b"", 2.0, 0.1, cpu_wait_seconds=1.8, sandbox_cpu_seconds=0.1), False),
     ],
 )
 def test_starvation_needs_both_a_small_cpu_share_and_run_queue_wait(case: str, ex: ExecExit, starved: bool) -> None:
