@@ -236,3 +236,25 @@ async def test_whoever_killed_the_sandbox_owns_every_later_call(infrastructure: 
                 await sb.exec(["x"])
             assert info.value.infrastructure is infrastructure
         assert sb.status is cwa.SandboxStatus.FAILED
+
+
+async def test_iterating_outcomes_after_the_block_is_the_callers_mistake() -> None:
+    async def one() -> int:
+        return 1
+
+    async with cwa.as_completed([one]) as results:
+        pass
+    with pytest.raises(cwa.SandboxError, match="outcome stream is closed") as info:
+        async for _ in results:
+            pass
+    assert not info.value.infrastructure
+
+
+def test_a_create_that_failed_with_a_bug_is_not_counted_as_infrastructure() -> None:
+    from cwsandbox_async.metrics._aggregator import MetricsAggregator
+
+    metrics = MetricsAggregator()
+    metrics.sandbox_create_failed(KeyError("a backend bug"))
+    metrics.sandbox_create_failed(cwa.SandboxCreationError("image pull failed"))
+    snap = metrics.snapshot()
+    assert snap.create_failures == 2 and snap.create_infra_failures == 1

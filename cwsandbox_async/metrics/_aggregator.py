@@ -177,8 +177,12 @@ class MetricsAggregator:
             self._alive[sandbox_id] = now - startup_seconds
 
     def sandbox_create_failed(self, error: BaseException) -> None:
-        """A create request failed (it still counts in ``sandboxes_created``, as in the CoreWeave SDK)."""
-        infra = bool(getattr(error, "infrastructure", True))
+        """A create request failed (it still counts in ``sandboxes_created``, as in the CoreWeave SDK).
+
+        It counts as an infrastructure failure only if the error says so: an exception
+        outside the ``SandboxError`` tree is a bug, not the platform's failure.
+        """
+        infra = bool(getattr(error, "infrastructure", False))
         with self._lock:
             self._window.create_failures += 1
             if infra:
