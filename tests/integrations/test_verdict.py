@@ -10,6 +10,7 @@ in a sandbox as in training.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import anyio
@@ -19,6 +20,7 @@ from cwsandbox_async import (
     ExecResult,
     SandboxNotRunningError,
     SandboxTerminatedError,
+    SandboxTimeoutError,
     Session,
 )
 from cwsandbox_async.backends.base import Backend
@@ -290,3 +292,29 @@ async def test_submit_after_sabotage_is_a_failed_submission_not_a_platform_failu
                     await run_tool(sb, {"name": "execute_code", "arguments": json.dumps({"code": code})})
                 res = await run_tool(sb, submit(WRONG), tests=TESTS)
                 assert res.submitted and res.passed is False, name
+
+
+BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end:\n    pass\n"
+
+
+async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) -> None:
+    """Issue 13's case: many programs that each need 1 s of CPU, at once, with a 2.5 s timeout on a few cores."""
+    async with Session(backend="local") as session, session.sandbox() as sb:
+        probe = await sb.run_python("pass")
+        if probe.cpu_wait_seconds is None or probe.sandbox_cpu_seconds is None:
+            pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
+        with pytest.raises(SandboxTimeoutError) as info:
+            await sb.run_python("import time\ntime.sleep(30)", timeout_seconds=1)
+        assert not info.value.infrastructure and info.value.result is not None and not info.value.result.starved
+    n = 8 * (os.cpu_count() or 2)  # about a quarter of a CPU each
+    reward = code_reward(pool_size=0, limit=n, timeout_seconds=2.5, verbose=False)
+    try:
+        with anyio.fail_after(120):
+            rewards = await reward(completions=[answer(BUSY + RIGHT)] * n)
+    finally:
+        await reward.aclose()
+    stats = reward.last_stats
+    assert stats is not None
+    # each got at most cores/n of a CPU: those that timed out were starved, and are not scored
+    assert 0.0 not in rewards, rewards
+    assert stats.starved == rewards.count(None) and stats.starved >= n // 2
