@@ -120,8 +120,10 @@ class SandboxTimeoutError(SandboxError, TimeoutError):
 
     For an exec timeout, the whole process tree was killed and ``result`` holds the
     output captured up to that point. Such a timeout is the program's outcome, so
-    ``infrastructure`` is False for it and True for an operation timeout (create,
-    file transfer, a backend that stopped answering).
+    ``infrastructure`` is False for it, unless the backend measured that the
+    program was starved of CPU by others (``result.starved``: see
+    ``docs/outcomes.md``); it is True for an operation timeout (create, file
+    transfer, a backend that stopped answering).
     """
 
     def __init__(
