@@ -137,6 +137,15 @@ async def test_cpu_budget_is_passed_enforced_and_validated() -> None:
             await sb.exec(["true"], exclusive=1)  # type: ignore[arg-type]  # bad on purpose
 
 
+async def test_tool_observations_name_the_kill() -> None:
+    def limited(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) -> ExecExit:
+        return ExecExit(-9, b"partial\n", b"", wall_seconds=1.0, cpu_seconds=1.0, cpu_exceeded=True)
+
+    async with cwa.Session(backend=FakeBackend(exec_handler=limited)) as session, session.sandbox() as sb:
+        res = await run_tool(sb, {"name": "bash", "arguments": '{"command": "spin"}'})
+    assert not res.ok and res.observation == "Error (killed: CPU time limit exceeded):\npartial"
+
+
 async def started(backend: FakeBackend) -> None:
     """Wait until the backend runs one exec (a ``process`` started in the background)."""
     with anyio.fail_after(5):

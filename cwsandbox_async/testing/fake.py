@@ -325,6 +325,7 @@ class FakeBackend(Backend):
                 ex,
                 cpu_seconds=facts.cpu_seconds if facts else 0.0,
                 oom_killed=oom or (facts is not None and facts.oom_killed),
+                cpu_exceeded=facts is not None and facts.cpu_exceeded,
                 cpu_wait_seconds=facts.cpu_wait_seconds if facts else None,
                 sandbox_cpu_seconds=facts.sandbox_cpu_seconds if facts else None,
             )
