@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -10,46 +9,38 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._deadline import backend_error, bounded, call_backend, cancel_scope
+from ._calls import call_backend
 from ._errors import (
     SandboxError,
     SandboxExecutionError,
     SandboxNotRunningError,
     SandboxTerminatedError,
-    SandboxValidationError,
 )
 from ._log import log
 from ._process import Process
-from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus, StreamName
-from ._validate import (
-    MAX_FILE_BYTES,
-    exec_request,
-    validate_cpu_seconds,
-    validate_file_data,
-    validate_path,
-    validate_timeout,
-)
+from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus
+from ._validate import MAX_FILE_BYTES, validate_exec, validate_file_data, validate_path, validate_timeout
 from ._verdict import exec_result, timeout_error
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
+    from ._budget import CloseBudget
+    from ._settings import Timeouts
+    from .backends.base import Backend, OutputCallback
     from .metrics._aggregator import MetricsAggregator
 
 __all__ = ["Sandbox"]
-
-_monotonic = time.monotonic
-
-#: Extra time the client waits past an exec's own timeout before it calls the backend stuck.
-EXEC_GRACE_SECONDS = 10.0
-#: How long a stop may take before it is abandoned (and logged).
-STOP_TIMEOUT_SECONDS = 15.0
 
 
 class Sandbox:
     """One running sandbox. Create it with ``Session.sandbox()``; stop it with ``stop()`` or ``async with``.
 
-    Every method bounds its backend call with a deadline. Bad input raises
-    ``SandboxValidationError`` before anything is sent.
+    Every method bounds its backend call with a deadline: an exec by its own
+    timeout plus ``timeouts.exec_grace_seconds``, files and status by
+    ``operation_timeout_seconds``, a stop by ``timeouts.stop_seconds`` and the
+    session's close budget. A missed deadline raises ``SandboxTimeoutError``
+    (infrastructure); an exception a backend let escape outside the
+    ``SandboxError`` tree is a backend bug and propagates unchanged. Bad input
+    raises ``SandboxValidationError`` before anything is sent.
     """
 
     def __init__(
@@ -59,6 +50,8 @@ class Sandbox:
         backend: Backend,
         defaults: SandboxDefaults,
         metrics: MetricsAggregator,
+        timeouts: Timeouts,
+        budget: CloseBudget,
         on_stopped: Callable[[Sandbox], None] | None = None,
         startup_seconds: float = 0.0,
     ) -> None:
@@ -66,6 +59,8 @@ class Sandbox:
         self._backend = backend
         self._defaults = defaults
         self._metrics = metrics
+        self._timeouts = timeouts
+        self._budget = budget
         self._on_stopped = on_stopped
         self._status = SandboxStatus.RUNNING
         self._created_at = time.time()
@@ -155,18 +150,16 @@ class Sandbox:
         exclusive: bool = False,
     ) -> ExecRequest:
         d = self._defaults
-        req = exec_request(
+        req = validate_exec(
             command,
-            d.exec_timeout_seconds if timeout_seconds is None else timeout_seconds,
-            d.working_dir if cwd is None else cwd,
-            env,
-            stdin,
-            d.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            timeout_seconds=d.exec_timeout_seconds if timeout_seconds is None else timeout_seconds,
+            cwd=d.working_dir if cwd is None else cwd,
+            env=env,
+            stdin=stdin,
+            max_output_bytes=d.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            cpu_seconds=cpu_seconds,
+            exclusive=exclusive,
         )
-        if cpu_seconds is not None or exclusive is not False:
-            if not isinstance(exclusive, bool):
-                raise SandboxValidationError(f"exclusive must be a bool, got {exclusive!r}")
-            req = dataclasses.replace(req, cpu_seconds=validate_cpu_seconds(cpu_seconds), exclusive=exclusive)
         if self._status is not SandboxStatus.RUNNING:
             self._check_running()
         return req
@@ -254,27 +247,21 @@ class Sandbox:
         return Process(self, req)
 
     async def _run(
-        self,
-        req: ExecRequest,
-        check: bool,
-        on_output: Callable[[StreamName, bytes], object] | None,
-        *,
-        python: bool = False,
+        self, req: ExecRequest, check: bool, on_output: OutputCallback | None, *, python: bool = False
     ) -> ExecResult:
         self._exec_count += 1
         sid = self._id
-        start = _monotonic()
+        backend = self._backend
+        start = time.monotonic()
         try:
-            try:
-                if python:
-                    call = self._backend.run_python(sid, req.argv[2], req, on_output)  # type: ignore[arg-type]
-                else:
-                    call = self._backend.exec(sid, req, on_output)  # type: ignore[arg-type]
-            except SandboxError:
-                raise
-            except Exception as exc:  # a backend method that failed before returning its awaitable
-                raise backend_error("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, exc, sid) from exc
-            ex = await bounded("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, call, sandbox_id=sid)
+            ex = await call_backend(
+                "exec",
+                req.timeout_seconds + self._timeouts.exec_grace_seconds,
+                (lambda: backend.run_python(sid, req.argv[2], req, on_output))
+                if python
+                else (lambda: backend.exec(sid, req, on_output)),
+                sandbox_id=sid,
+            )
         except SandboxError as exc:
             self._record_failure(exc, time.monotonic() - start)
             raise
@@ -328,44 +315,51 @@ class Sandbox:
     ) -> bytes:
         """Return a file's bytes. ``SandboxFileError`` if it is missing, a directory or too large."""
         p = validate_path(path)
-        timeout = validate_timeout(timeout_seconds or self._defaults.operation_timeout_seconds)
-        assert timeout is not None
+        timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
-        return await call_backend(
-            "read_file", timeout, lambda: self._backend.read_file(self._id, p, max_bytes), sandbox_id=self._id
-        )
+        backend, sid = self._backend, self._id
+        return await call_backend("read_file", timeout, lambda: backend.read_file(sid, p, max_bytes), sandbox_id=sid)
 
     async def write_file(self, path: str, data: bytes | str, *, timeout_seconds: float | None = None) -> None:
         """Create or replace a file (parents are created). A str is written as UTF-8."""
         p = validate_path(path)
         payload = validate_file_data(data, p)
-        timeout = validate_timeout(timeout_seconds or self._defaults.operation_timeout_seconds)
-        assert timeout is not None
+        timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
-        await call_backend(
-            "write_file", timeout, lambda: self._backend.write_file(self._id, p, payload), sandbox_id=self._id
-        )
+        backend, sid = self._backend, self._id
+        await call_backend("write_file", timeout, lambda: backend.write_file(sid, p, payload), sandbox_id=sid)
 
     # -- lifecycle -------------------------------------------------------------
     async def stop(self) -> None:
-        """Stop the sandbox and release it. Idempotent; safe under cancellation (runs shielded, bounded)."""
-        with cancel_scope(shield=True):
+        """Stop the sandbox and release it. Idempotent.
+
+        Runs shielded from the caller's cancellation, within ``timeouts.stop_seconds``
+        and the session's close budget. A destroy that fails or runs out of time is
+        logged and raised (``SandboxError``); the sandbox counts as stopped either way
+        (a sweep finds what a failed destroy left).
+        """
+        backend, sid = self._backend, self._id
+        with self._budget.shielded():
             async with self._stop_lock:
                 if self._status is SandboxStatus.COMPLETED:
                     return
                 self._status = SandboxStatus.TERMINATING
                 try:
                     await call_backend(
-                        "destroy", STOP_TIMEOUT_SECONDS, lambda: self._backend.destroy(self._id), sandbox_id=self._id
+                        "destroy",
+                        self._timeouts.stop_seconds,
+                        lambda: backend.destroy(sid),
+                        sandbox_id=sid,
+                        budget=self._budget,
                     )
                 except SandboxError as exc:
-                    log.warning("sandbox destroy failed", sandbox_id=self._id, error=repr(exc))
+                    log.warning("sandbox destroy failed", sandbox_id=sid, error=repr(exc))
                     raise
                 finally:
                     self._status = SandboxStatus.COMPLETED
                     lifetime = time.monotonic() - self._started
-                    self._metrics.sandbox_destroyed(self._id, lifetime)
-                    log.debug("sandbox destroyed", sandbox_id=self._id, lifetime_seconds=round(lifetime, 3))
+                    self._metrics.sandbox_destroyed(sid, lifetime)
+                    log.debug("sandbox destroyed", sandbox_id=sid, lifetime_seconds=round(lifetime, 3))
                     if self._on_stopped is not None:
                         self._on_stopped(self)
 

@@ -32,7 +32,7 @@ PUBLIC_NAMES = [
     "SandboxBackendUnavailableError", "SandboxCreationError", "SandboxDefaults", "SandboxError",
     "SandboxExecutionError", "SandboxFileError", "SandboxInfo", "SandboxNotRunningError", "SandboxPool",
     "SandboxStatus", "SandboxTerminatedError", "SandboxTimeoutError", "SandboxTransportError",
-    "SandboxValidationError", "Session", "__version__", "as_completed", "gather", "gather_groups", "wait",
+    "SandboxValidationError", "Session", "Timeouts", "__version__", "as_completed", "gather", "gather_groups", "wait",
 ]  # fmt: skip
 
 

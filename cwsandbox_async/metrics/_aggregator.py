@@ -1,7 +1,7 @@
 """Metrics aggregator fed by Session, Sandbox, SandboxPool and the gatherer.
 
 Events land in the current *window* (everything since the last reset): counters,
-``LogHistogram``s (p50/p95/p99 within 1% relative error, bounded memory) and a
+``QuantileSketch``s (p50/p95/p99 within 1% relative error, bounded memory) and a
 ``sandbox_id -> exec count`` map that holds only sandboxes still alive (a
 destroyed sandbox's count is folded into count/sum/min/max; an exec that ends
 after its sandbox was destroyed stays in the map until the next reset). Gauges
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from .._types import ExecOutcome
-from ._histogram import LogHistogram
+from ._histogram import QuantileSketch
 from ._snapshot import Distribution, MetricsSnapshot, Summary
 
 __all__ = ["MetricsAggregator"]
@@ -83,9 +83,9 @@ class _Window:
         self.executions = self.ok = self.nonzero = self.failures = self.timeouts = self.infra = 0
         self.starved = self.oom = 0
         self.exec_cpu = self.sandbox_seconds = 0.0
-        self.startup_hist = LogHistogram()
-        self.exec_hist = LogHistogram()
-        self.lease_hist = LogHistogram()
+        self.startup_hist = QuantileSketch()
+        self.exec_hist = QuantileSketch()
+        self.lease_hist = QuantileSketch()
         self.per_sandbox: dict[str, int] = {}  # live sandboxes only
         self.folded_sandboxes = self.folded_execs = 0  # destroyed sandboxes with execs in this window
         self.folded_min = math.inf
@@ -145,7 +145,7 @@ def _bump(labels: dict[str, int], key: str, n: int = 1) -> None:
     labels[key] = labels.get(key, 0) + n
 
 
-def _distribution(h: LogHistogram) -> Distribution | None:
+def _distribution(h: QuantileSketch) -> Distribution | None:
     if h.count == 0:
         return None
     p50, p95, p99 = h.quantiles(_QUANTILES)
