@@ -267,3 +267,11 @@ def test_a_create_that_failed_with_a_bug_is_not_counted_as_infrastructure() -> N
     metrics.sandbox_create_failed(cwa.SandboxCreationError("image pull failed"))
     snap = metrics.snapshot()
     assert snap.create_failures == 2 and snap.create_infra_failures == 1
+
+
+async def test_a_tool_on_a_stopped_sandbox_raises_instead_of_blaming_the_model() -> None:
+    async with cwa.Session(backend=FakeBackend()) as session:
+        sb = await session.sandbox()
+        await sb.stop()
+        with pytest.raises(cwa.SandboxTerminatedError):
+            await run_tool(sb, {"name": "bash", "arguments": '{"command": "true"}'})

@@ -21,19 +21,13 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import (
-    PoolError,
-    SandboxError,
-    SandboxTerminatedError,
-    SandboxTimeoutError,
-    SandboxValidationError,
-)
+from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
 from ..gatherer._outcome import OutcomeKind
 from ._extract import completion_text, extract_code
 from ._harness import harness_run
-from ._run import run_python
+from ._run import programs_doing, run_python
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -48,8 +42,6 @@ SandboxSource = Callable[[], AbstractAsyncContextManager["Sandbox"]]
 
 #: Slack added to each item's deadline beyond lease wait + program timeout (exec grace, file transfer).
 ITEM_DEADLINE_SLACK_SECONDS = 30.0
-#: Errors a sandbox call raises for the caller's mistakes (not the program's): never scored, always raised.
-_CALLER_MISTAKES = (SandboxValidationError, SandboxTerminatedError, PoolError)
 #: Outcome kinds that mean "the platform could not reach a verdict": ``None``, counted as infra failures.
 _NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.STARVED, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
 
@@ -163,8 +155,8 @@ class RewardCore:
                     exclusive=True,
                 )
             except SandboxError as exc:
-                if exc.infrastructure or isinstance(exc, _CALLER_MISTAKES):
-                    raise
+                if not programs_doing(exc):
+                    raise  # the platform's failure (None), or a caller mistake or bug (raised after the batch)
                 # The program's own outcome: it ran past its timeout, or took its sandbox down with it.
                 partial = exc.result if isinstance(exc, SandboxTimeoutError) else None
                 return _Scored(0.0, partial is not None and partial.oom_killed)

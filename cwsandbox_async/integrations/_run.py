@@ -5,15 +5,38 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from .._errors import (
+    SandboxError,
+    SandboxNotRunningError,
+    SandboxTerminatedError,
+    SandboxTimeoutError,
+    SandboxTransportError,
+)
+
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
     from .._types import ExecResult
 
-__all__ = ["INLINE_SOURCE_LIMIT", "run_python"]
+__all__ = ["INLINE_SOURCE_LIMIT", "programs_doing", "run_python"]
 
 #: Programs up to this many bytes go on the command line (``python3 -c``); larger ones are written to a file first.
 #: Linux caps one argument at 128 KiB.
 INLINE_SOURCE_LIMIT = 100_000
+
+
+#: The errors an exec raises that can be the program's own doing (when not ``infrastructure``): its timeout,
+#: and a sandbox or channel it took down with it. Every other error is the platform's or the caller's.
+_PROGRAM_ERRORS = (SandboxTimeoutError, SandboxNotRunningError, SandboxTransportError)
+
+
+def programs_doing(exc: SandboxError) -> bool:
+    """Whether an error an exec of the program raised is the program's own outcome (scored, not raised).
+
+    True for a non-infrastructure timeout, dead sandbox or broken channel; False for
+    infrastructure failures and for everything else (a stopped sandbox is the
+    caller's doing, bad input the caller's mistake, an unknown class a bug).
+    """
+    return isinstance(exc, _PROGRAM_ERRORS) and not exc.infrastructure and not isinstance(exc, SandboxTerminatedError)
 
 
 async def run_python(

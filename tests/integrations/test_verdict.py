@@ -18,9 +18,11 @@ import pytest
 
 from cwsandbox_async import (
     ExecResult,
+    SandboxBackendUnavailableError,
     SandboxNotRunningError,
     SandboxTerminatedError,
     SandboxTimeoutError,
+    SandboxValidationError,
     Session,
 )
 from cwsandbox_async.backends.base import Backend
@@ -236,16 +238,26 @@ async def test_a_program_that_takes_its_sandbox_down_scores_zero_a_platform_fail
             await reward.aclose()
 
 
-async def test_a_caller_mistake_is_raised_not_scored() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        SandboxTerminatedError("sandbox was stopped"),  # exec after stop(): the caller's
+        SandboxBackendUnavailableError("the backend is closed", infrastructure=False),  # the caller's
+        SandboxValidationError("bad input"),
+        KeyError("a backend bug"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_a_caller_mistake_or_a_bug_is_raised_not_scored(error: BaseException) -> None:
     backend = fake()
 
-    async def stopped(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) -> tuple[int, bytes, bytes]:
-        raise SandboxTerminatedError("sandbox was stopped", infrastructure=False)
+    async def failing(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) -> tuple[int, bytes, bytes]:
+        raise error
 
-    backend.exec_handler = stopped
+    backend.exec_handler = failing
     reward = code_reward(pool_size=0, verbose=False, backend=backend)
     try:
-        with pytest.raises(SandboxTerminatedError):
+        with pytest.raises(type(error)):
             await reward(completions=[answer(RIGHT), answer(WRONG)])
         stats = reward.last_stats
         assert stats is not None and stats.sandboxes == 2 and stats.infra_failures == 0
