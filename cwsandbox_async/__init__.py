@@ -22,6 +22,7 @@ from ._errors import (
 from ._process import Process
 from ._sandbox import Sandbox
 from ._session import Session
+from ._settings import Timeouts
 from ._types import (
     ExecOutcome,
     ExecResult,
@@ -76,6 +77,7 @@ __all__ = [
     "SandboxTransportError",
     "SandboxValidationError",
     "Session",
+    "Timeouts",
     "__version__",
     "as_completed",
     "gather",

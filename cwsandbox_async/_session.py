@@ -8,20 +8,22 @@ import contextvars
 import enum
 import os
 import signal
-import threading
 import time
 import uuid
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 
-from ._deadline import call_backend
+from ._budget import CloseBudget
+from ._calls import call_backend
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
-from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
+from ._sandbox import Sandbox
+from ._settings import Timeouts
+from ._signals import on_sigterm, pending_signal
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
@@ -35,10 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Session", "SessionState"]
 
-#: Sandboxes stopped at once when a session closes.
-CLOSE_CONCURRENCY = 64
-#: Upper bound on how long closing a session may take.
-CLOSE_TIMEOUT_SECONDS = 60.0
+#: What ``Session.add_closer`` takes: an async callable run at close, before sandboxes are stopped.
+Closer = Callable[[], Awaitable[None]]
 
 
 class SessionState(enum.Enum):
@@ -52,10 +52,16 @@ class Session:
     """Owns a backend, the sandboxes created through it, their pools and metrics.
 
     ``async with Session(defaults, backend="local") as session:``. Leaving the block
-    (return, exception, cancellation, SIGINT, SIGTERM) stops every sandbox the
-    session created, concurrently, shielded from cancellation, within
-    ``CLOSE_TIMEOUT_SECONDS``. ``backend`` is a name (``"local"``, ``"kubernetes"``,
-    ``"fake"``) or a ``Backend`` instance; ``backend_options`` go to its constructor.
+    (return, exception, cancellation, SIGINT, SIGTERM) closes its pools and stops
+    every sandbox the session created, concurrently, shielded from cancellation,
+    within ``timeouts.close_seconds`` in all: nothing below opens a budget of its
+    own (``_budget.CloseBudget``). A stop that fails or runs out of time is logged,
+    never raised from the close. ``backend`` is a name (``"local"``,
+    ``"kubernetes"``, ``"fake"``) or a ``Backend`` instance; ``backend_options`` go
+    to its constructor; ``timeouts`` are the client-side timeouts and budgets
+    (``Timeouts``). With ``handle_signals`` (the default), SIGTERM cancels the
+    ``async with`` body, the session closes, and the process then dies of SIGTERM
+    (``_signals``); a session opened with ``open()`` instead handles no signal.
     ``report_to``/``run`` choose where ``log_metrics`` sends the metrics;
     ``metrics_namespace="x"`` names them ``cwsandbox/x/*`` (the step stays
     ``cwsandbox/step``), so several sessions can share one W&B run.
@@ -70,6 +76,7 @@ class Session:
         report_to: str | Sequence[str | Reporter] | None = None,
         run: Any = None,
         handle_signals: bool = True,
+        timeouts: Timeouts | None = None,
         metrics_namespace: str | None = None,
     ) -> None:
         if defaults is None:
@@ -78,7 +85,13 @@ class Session:
             defaults = SandboxDefaults().with_overrides(**defaults)
         elif not isinstance(defaults, SandboxDefaults):
             raise SandboxValidationError("defaults must be a SandboxDefaults or a mapping")
+        if timeouts is not None and not isinstance(timeouts, Timeouts):
+            raise SandboxValidationError("timeouts must be a Timeouts")
         self.defaults: SandboxDefaults = defaults
+        #: The client-side timeouts and budgets (``Timeouts``).
+        self.timeouts: Timeouts = timeouts or Timeouts()
+        #: The one budget of this session's close: pools and sandboxes run their cleanup under it.
+        self.close_budget = CloseBudget()
         self.session_id = uuid.uuid4().hex[:12]
         self._backend_spec = backend
         self._backend_options = dict(backend_options or {})
@@ -86,9 +99,10 @@ class Session:
         self._state = SessionState.NEW
         self._sandboxes: dict[str, Sandbox] = {}
         self._creating: set[str] = set()
-        self._closers: list[Any] = []  # pools and other things closed before sandboxes
+        self._closers: list[Closer] = []  # pools and other things closed before sandboxes
         self._handle_signals = handle_signals
-        self._signal_received: int | None = None
+        self._body: anyio.CancelScope | None = None
+        self._lifetime_cm: contextlib.AbstractAsyncContextManager[Session] | None = None
         self._ctx_token: Mapping[str, contextvars.Token[Any]] | None = None
         self.metrics = MetricsAggregator()
         self._report_to = report_to
@@ -99,7 +113,7 @@ class Session:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            raise SandboxError("session is not open; use 'async with Session(...)'")
+            raise SandboxError("session is not open; use 'async with Session(...)'", infrastructure=False)
         return self._backend
 
     @property
@@ -112,51 +126,81 @@ class Session:
         return list(self._sandboxes.values())
 
     async def open(self) -> Session:
+        """Open the backend. Prefer ``async with``, which also closes and handles SIGTERM."""
         if self._state is not SessionState.NEW:
-            raise SandboxError(f"session is {self._state.value}; a session can be opened once")
+            raise SandboxError(f"session is {self._state.value}; a session can be opened once", infrastructure=False)
         self._backend = load_backend(self._backend_spec, **self._backend_options)
         self._state = SessionState.OPEN
         self._ctx_token = structlog.contextvars.bind_contextvars(session_id=self.session_id)
-        if self._handle_signals:
-            self._install_sigterm()
         log.debug("session opened", backend=self._backend.name, isolation=self._backend.isolation)
         return self
 
+    @contextlib.asynccontextmanager
+    async def _lifetime(self) -> AsyncIterator[Session]:
+        """The ``async with`` block: open, run the body in a scope SIGTERM cancels, always close."""
+        await self.open()
+        try:
+            with contextlib.ExitStack() as stack:
+                if self._handle_signals:
+                    stack.enter_context(on_sigterm(self._on_sigterm))
+                try:
+                    with anyio.CancelScope() as self._body:
+                        yield self
+                finally:
+                    self._body = None
+                    await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
+        finally:
+            sig = pending_signal()
+            if sig is not None:
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)  # die of the signal, as the default handler would have
+
+    def _on_sigterm(self) -> None:
+        if self._body is not None:
+            self._body.cancel()
+
     async def __aenter__(self) -> Session:
-        return await self.open()
+        if self._lifetime_cm is not None:
+            raise SandboxError("a session can be entered once", infrastructure=False)
+        self._lifetime_cm = self._lifetime()
+        return await self._lifetime_cm.__aenter__()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-        if self._signal_received is not None:
-            sig, self._signal_received = self._signal_received, None
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)  # die of the signal, as the default handler would have
+    ) -> bool | None:
+        assert self._lifetime_cm is not None
+        return await self._lifetime_cm.__aexit__(exc_type, exc, tb)
 
     async def aclose(self) -> None:
-        """Close pools, stop every sandbox, close the backend. Idempotent; never raises for a failed stop."""
+        """Close pools, stop every sandbox, close the backend, within ``timeouts.close_seconds``.
+
+        Idempotent. Shielded from the caller's cancellation and never raises for a
+        failed or abandoned stop (each is logged); the reporters get the last flush.
+        """
         if self._state in (SessionState.CLOSING, SessionState.CLOSED):
             return
         if self._state is SessionState.NEW:
             self._state = SessionState.CLOSED
             return
         self._state = SessionState.CLOSING
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
+        with self.close_budget.closing(self.timeouts.close_seconds) as scope:
             for closer in reversed(self._closers):
                 try:
                     await closer()
-                except Exception as exc:
+                except SandboxError as exc:
                     log.warning("closing a pool failed", error=repr(exc))
             await self._stop_all()
             try:
                 await self.backend.aclose()
-            except Exception as exc:
+            except SandboxError as exc:
                 log.warning("backend close failed", error=repr(exc))
         if scope.cancelled_caught:
-            log.warning("session close hit its deadline", remaining=len(self._sandboxes))
+            log.warning(
+                "session close hit its deadline",
+                close_seconds=self.timeouts.close_seconds,
+                remaining=len(self._sandboxes) + len(self._creating),
+            )
         self._reporting.close()  # after the stops, so their counts are in it; never raises
-        self._remove_sigterm()
         self._state = SessionState.CLOSED
         if self._ctx_token is not None:
             # Closed from another task than the one that opened it: the tokens belong to that
@@ -167,7 +211,7 @@ class Session:
         log.debug("session closed")
 
     async def _stop_all(self) -> None:
-        limiter = anyio.CapacityLimiter(CLOSE_CONCURRENCY)
+        limiter = anyio.CapacityLimiter(self.timeouts.close_concurrency)
 
         async def stop_one(sb: Sandbox) -> None:
             async with limiter:
@@ -186,47 +230,22 @@ class Session:
 
     def _check_open(self) -> None:
         if self._state is not SessionState.OPEN:
-            raise SandboxError(f"session is {self._state.value}; it must be open (use 'async with')")
+            raise SandboxError(
+                f"session is {self._state.value}; it must be open (use 'async with')", infrastructure=False
+            )
 
-    def add_closer(self, closer: Any) -> None:
-        """Register an async callable run at close, before sandboxes are stopped (pools use this)."""
+    def add_closer(self, closer: Closer) -> None:
+        """Register an async callable run at close, before sandboxes are stopped (pools use this).
+
+        It runs under the session's close budget (``close_budget``): its own shielded
+        steps must go through ``close_budget.shielded``. A ``SandboxError`` it raises
+        is logged; anything else is a bug and propagates.
+        """
         self._closers.append(closer)
 
-    def remove_closer(self, closer: Any) -> None:
+    def remove_closer(self, closer: Closer) -> None:
         if closer in self._closers:
             self._closers.remove(closer)
-
-    # -- signals ---------------------------------------------------------------
-    def _install_sigterm(self) -> None:
-        """Turn SIGTERM into cancellation of the task that opened the session (main thread, asyncio only)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-            task = asyncio.current_task()
-        except RuntimeError:
-            return
-        if task is None or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def on_sigterm() -> None:
-            log.warning("SIGTERM received; stopping sandboxes", session_id=self.session_id)
-            self._signal_received = signal.SIGTERM
-            task.cancel()
-
-        try:
-            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-            self._sigterm_loop: Any = loop
-        except (NotImplementedError, RuntimeError, ValueError):
-            self._sigterm_loop = None
-
-    def _remove_sigterm(self) -> None:
-        loop = getattr(self, "_sigterm_loop", None)
-        if loop is not None:
-            loop.remove_signal_handler(signal.SIGTERM)
-            self._sigterm_loop = None
 
     # -- sandboxes -------------------------------------------------------------
     def sandbox(self, **overrides: Any) -> _SandboxOpener:
@@ -254,8 +273,7 @@ class Session:
             )
         except BaseException as exc:
             self._creating.discard(sandbox_id)
-            with anyio.CancelScope(shield=True):
-                await self._destroy_quietly(sandbox_id)
+            await self._destroy_quietly(sandbox_id)  # shielded: a cancelled create leaves nothing behind
             if isinstance(exc, Exception):
                 self.metrics.sandbox_create_failed(exc)
                 log.info("sandbox create failed", sandbox_id=sandbox_id, error=repr(exc))
@@ -267,6 +285,8 @@ class Session:
             backend=backend,
             defaults=defaults,
             metrics=self.metrics,
+            timeouts=self.timeouts,
+            budget=self.close_budget,
             on_stopped=self._forget,
             startup_seconds=startup,
         )
@@ -275,13 +295,21 @@ class Session:
         log.debug("sandbox created", sandbox_id=sandbox_id, startup_seconds=round(startup, 4))
         if self._state is not SessionState.OPEN:  # closed while we were creating
             await sb.stop()
-            raise SandboxError("session closed while the sandbox was being created", sandbox_id=sandbox_id)
+            raise SandboxError(  # the caller closed it: not the platform's failure
+                "session closed while the sandbox was being created", sandbox_id=sandbox_id, infrastructure=False
+            )
         return sb
 
     async def _destroy_quietly(self, sandbox_id: str) -> None:
+        """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log failures."""
+        backend = self.backend
         try:
             await call_backend(
-                "destroy", STOP_TIMEOUT_SECONDS, lambda: self.backend.destroy(sandbox_id), sandbox_id=sandbox_id
+                "destroy",
+                self.timeouts.stop_seconds,
+                lambda: backend.destroy(sandbox_id),
+                sandbox_id=sandbox_id,
+                budget=self.close_budget,
             )
         except SandboxError as exc:
             log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))

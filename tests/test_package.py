@@ -34,7 +34,7 @@ PUBLIC_NAMES = [
     "SandboxBackendUnavailableError", "SandboxCreationError", "SandboxDefaults", "SandboxError",
     "SandboxExecutionError", "SandboxFileError", "SandboxInfo", "SandboxNotRunningError", "SandboxPool",
     "SandboxStatus", "SandboxTerminatedError", "SandboxTimeoutError", "SandboxTransportError",
-    "SandboxValidationError", "Session", "__version__", "as_completed", "gather", "gather_groups", "wait",
+    "SandboxValidationError", "Session", "Timeouts", "__version__", "as_completed", "gather", "gather_groups", "wait",
 ]  # fmt: skip
 
 
@@ -53,7 +53,7 @@ PUBLIC_MODULES = {
     ],
     "cwsandbox_async.backends.local": ["DEFAULT_PRELOAD", "LocalBackend"],
     "cwsandbox_async.backends.kubernetes": ["KubernetesBackend", "KubernetesOptions"],
-    "cwsandbox_async.testing": ["ExecHandler", "FakeBackend", "Faults", "Latency"],
+    "cwsandbox_async.testing": ["ExecExit", "ExecHandler", "FakeBackend", "Faults", "Latency"],
     "cwsandbox_async.testing.contract": ["BackendContract", "make_request", "make_spec"],
     "cwsandbox_async.reporters": ["STEP_METRIC", "LogReporter", "Reporter", "WandbReporter"],
     "cwsandbox_async.integrations.trl": [

@@ -686,14 +686,12 @@ async def test_close_cancels_leases_after_grace_and_fails_waiters(backend_name: 
 
 async def test_leaving_the_session_closes_its_pools() -> None:
     be = FakeBackend(seed=17)
-    async with Session(backend=be) as s:
-        pool = SandboxPool(s, size=2)
-        await pool.__aenter__()  # not nested in its own block: the session must close it
+    async with Session(backend=be) as s, SandboxPool(s, size=2) as pool:
         await pool.wait_ready(timeout_seconds=5)
         assert be.live == 2
-    assert pool.state is PoolState.CLOSED
-    assert be.live == 0
-    await pool.__aexit__(None, None, None)  # leaves the pool's task group; nothing else to do
+        await s.aclose()  # the session closes the pool open under it (scopes stay nested)
+        assert pool.state is PoolState.CLOSED
+        assert be.live == 0
 
 
 # -- statistics and metrics ----------------------------------------------------------

@@ -91,7 +91,9 @@ class OutcomeStream(Generic[T]):
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
         except anyio.ClosedResourceError:
-            raise SandboxError("the outcome stream is closed: iterate inside the 'async with' block") from None
+            raise SandboxError(  # the caller's mistake
+                "the outcome stream is closed: iterate inside the 'async with' block", infrastructure=False
+            ) from None
         if type(item) is FeedFailed:
             assert self._feed.error is not None
             raise self._feed.error

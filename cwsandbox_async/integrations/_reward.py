@@ -21,19 +21,13 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import (
-    PoolError,
-    SandboxError,
-    SandboxTerminatedError,
-    SandboxTimeoutError,
-    SandboxValidationError,
-)
+from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
 from ..gatherer._outcome import OutcomeKind
 from ._extract import completion_text, extract_code
 from ._harness import harness_run
-from ._run import run_python
+from ._run import programs_doing, run_python
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -48,10 +42,8 @@ SandboxSource = Callable[[], AbstractAsyncContextManager["Sandbox"]]
 
 #: Slack added to each item's deadline beyond lease wait + program timeout (exec grace, file transfer).
 ITEM_DEADLINE_SLACK_SECONDS = 30.0
-#: Errors a sandbox call raises for the caller's mistakes (not the program's): never scored, always raised.
-_CALLER_MISTAKES = (SandboxValidationError, SandboxTerminatedError, PoolError)
 #: Outcome kinds that mean "the platform could not reach a verdict": ``None``, counted as infra failures.
-_NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
+_NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.STARVED, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +85,6 @@ class _Scored:
 
     score: float
     oom_killed: bool
-
-
-def _starved(error: BaseException | None) -> bool:
-    """Whether a not-scored item's error is a wall timeout that fired while the program was starved of CPU."""
-    return isinstance(error, SandboxTimeoutError) and error.result is not None and error.result.starved
 
 
 def _tests_for(kwargs: Mapping[str, Any], column: str | None, n: int) -> list[str | None]:
@@ -165,11 +152,16 @@ class RewardCore:
         async with source() as sandbox:
             try:
                 result = await run_python(
-                    sandbox, run.source, stdin=run.stdin, timeout_seconds=self.timeout_seconds, python=self.python
+                    sandbox,
+                    run.source,
+                    stdin=run.stdin,
+                    timeout_seconds=self.timeout_seconds,
+                    python=self.python,
+                    exclusive=True,
                 )
             except SandboxError as exc:
-                if exc.infrastructure or isinstance(exc, _CALLER_MISTAKES):
-                    raise
+                if not programs_doing(exc):
+                    raise  # the platform's failure (None), or a caller mistake or bug (raised after the batch)
                 # The program's own outcome: it ran past its timeout, or took its sandbox down with it.
                 partial = exc.result if isinstance(exc, SandboxTimeoutError) else None
                 return _Scored(0.0, partial is not None and partial.oom_killed)
@@ -204,7 +196,7 @@ class RewardCore:
                         oom += outcome.value.oom_killed
                     elif outcome.kind in _NOT_SCORED:
                         infra += 1
-                        starved += _starved(outcome.error)
+                        starved += outcome.kind is OutcomeKind.STARVED
                         log.warning("reward not scored", index=i, kind=str(outcome.kind), error=repr(outcome.error))
                     else:
                         bugs.append(outcome.error or RuntimeError("reward item failed without an error"))

@@ -22,17 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import (
-    PoolError,
-    SandboxError,
-    SandboxFileError,
-    SandboxTerminatedError,
-    SandboxTimeoutError,
-    SandboxValidationError,
-)
+from .._errors import SandboxError, SandboxFileError, SandboxTimeoutError, SandboxValidationError
 from ._extract import clean_text
 from ._harness import harness_run
-from ._run import run_python
+from ._run import programs_doing, run_python
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -59,8 +52,6 @@ __all__ = [
 MAX_OBSERVATION_CHARS = 8192
 #: Largest file ``read_file`` returns to the model.
 MAX_READ_BYTES = 1024 * 1024
-#: The caller's mistakes (a stopped sandbox, a closed pool): raised, never shown to the model as its own.
-_CALLER_MISTAKES = (SandboxTerminatedError, PoolError)
 
 
 def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
@@ -289,8 +280,8 @@ async def run_tool(
         where = "" if path and path in exc.message else f" for {path!r}"
         return ToolResult(name, f"Error: {name} failed{where}: {exc.message}", False)
     except SandboxError as exc:
-        if exc.infrastructure or isinstance(exc, _CALLER_MISTAKES):
-            raise
+        if not programs_doing(exc):
+            raise  # the platform's failure, the caller's mistake (a stopped sandbox) or a bug
         # The command's own doing (it took its sandbox down with it): the model's outcome.
         verdict = False if submitted else None
         return ToolResult(name, f"Error: {exc.message}", False, submitted=submitted, passed=verdict)
@@ -299,7 +290,9 @@ async def run_tool(
 async def _submit(sandbox: Sandbox, code: str, tests: str, timeout_seconds: float, python: str) -> ToolResult:
     """Run ``code`` then ``tests`` under the harness; passed only if the tests ran to their end."""
     run = harness_run(code, tests)
-    result = await run_python(sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python)
+    result = await run_python(
+        sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python, exclusive=True
+    )
     passed = run.passed(result)
     text = "All tests passed." if passed else "Tests failed.\n" + _exec_observation(result, stdout=run.output(result))
     return ToolResult("submit_solution", _clip(text), passed, submitted=True, passed=passed)

@@ -113,7 +113,7 @@ def require_art() -> Any:
     try:
         return importlib.import_module("art")
     except ImportError as exc:
-        raise SandboxError("ART is not installed: pip install 'cwsandbox-async[art]'") from exc
+        raise SandboxError("ART is not installed: pip install 'cwsandbox-async[art]'", infrastructure=False) from exc
 
 
 def tool_message(tool_call: Any, observation: str) -> dict[str, Any]:

@@ -159,7 +159,7 @@ class _Base:
                 cm: AbstractAsyncContextManager[Sandbox] = host.pool.lease(timeout_seconds=lease_timeout)
                 return cm
             if host.session is None:
-                raise SandboxError("the reward function's session is closed")
+                raise SandboxError("the reward function's session is closed", infrastructure=False)
             return host.session.sandbox()
 
         return source
@@ -208,7 +208,8 @@ class CodeReward(_Base):
         if self._loop is not None and self._loop is not loop:
             raise SandboxError(
                 "this reward function is bound to the event loop of its first call; "
-                "create one per loop or call aclose() first"
+                "create one per loop or call aclose() first",
+                infrastructure=False,  # the caller's mistake
             )
         ready = self._ready
         if ready is None or (ready.done() and (ready.cancelled() or ready.exception() is not None)):
@@ -275,7 +276,9 @@ class CodeReward(_Base):
         except RuntimeError:
             running = None
         if running is loop:
-            raise SandboxError("close() would block the loop it needs; use 'await reward.aclose()'")
+            raise SandboxError(
+                "close() would block the loop it needs; use 'await reward.aclose()'", infrastructure=False
+            )
         try:
             asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout_seconds)
         except Exception as exc:

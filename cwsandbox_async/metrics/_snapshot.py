@@ -19,9 +19,11 @@ dashboards keep working), emitted under the same conditions:
 ==============================  ===========================================================
 
 Everything else is added under the same prefix: percentiles (``*_p50/_p95/_p99``,
-within the histogram's relative error, 1% by default), timeouts, infrastructure
-failures, retries, destroyed/live/swept sandboxes, pool gauges and warm-hit rate,
-exec CPU seconds, sandbox-seconds and gatherer outcome counts.
+within the histogram's relative error, 1% by default), timeouts (``exec_starved``:
+of them, those that fired while the command was starved of CPU), OOM kills
+(``exec_oom_killed``), infrastructure failures, retries, destroyed/live/swept
+sandboxes, pool gauges and warm-hit rate, exec CPU seconds, sandbox-seconds and
+gatherer outcome counts.
 
 ``as_dict(namespace="x")`` puts every name under ``cwsandbox/x/`` (one namespace
 per TRL reward function, so two of them never write the same keys). A snapshot
@@ -118,6 +120,10 @@ class MetricsSnapshot:
     exec_failures: int
     exec_timeouts: int
     exec_infra_failures: int
+    #: Of ``exec_timeouts``: those that fired while the command was starved of CPU (also infrastructure).
+    exec_starved: int
+    #: Execs the kernel killed for their memory (a result: the program's own outcome).
+    exec_oom_killed: int
     create_infra_failures: int
     exec_cpu_seconds: float
     sandbox_seconds: float
@@ -221,6 +227,8 @@ class MetricsSnapshot:
         m["sandboxes_live"] = self.sandboxes_live
         m["exec_timeouts"] = self.exec_timeouts
         m["exec_infra_failures"] = self.exec_infra_failures
+        m["exec_starved"] = self.exec_starved
+        m["exec_oom_killed"] = self.exec_oom_killed
         rate = self.infra_failure_rate
         if rate is not None:
             m["infra_failure_rate"] = rate

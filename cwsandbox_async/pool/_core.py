@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .._deadline import cancel_scope, within
 from .._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxError
 from .._log import log
 from .._types import SandboxStatus
@@ -235,7 +234,7 @@ class PoolCore:
 
     async def _destroy(self, sb: Sandbox) -> None:
         """Stop one sandbox (shielded, bounded by the stop deadline); then free its slot."""
-        with cancel_scope(shield=True):
+        with self._session.close_budget.shielded():
             counted = sb not in self._stopped
             self._stopped.add(sb)
             try:
@@ -333,7 +332,8 @@ class PoolCore:
             self._out.add(sb)
             self._update()
             try:
-                ok = await within(timeout_seconds, self._check(sb))  # a cancelled check gives the sandbox back
+                with anyio.fail_after(timeout_seconds):
+                    ok = await self._check(sb)  # a cancelled check gives the sandbox back
             except TimeoutError:
                 raise self._timed_out(timeout_seconds)  # noqa: B904 - chained to the last creation error
             if ok:
@@ -367,7 +367,7 @@ class PoolCore:
     async def _acquire_waiting(self, timeout_seconds: float, deadline: float, front: bool) -> tuple[Sandbox, bool]:
         """``_acquire`` when it may have to wait for a sandbox: all of it within one cancel scope."""
         warm = True
-        with cancel_scope(deadline=deadline):  # anyio.move_on_after
+        with anyio.CancelScope(deadline=deadline):
             while True:
                 self._check_can_lease()
                 if self._idle:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._deadline import cancel_scope
 from .._errors import PoolClosedError, PoolError, SandboxTimeoutError
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ class Lease:
             if task is not None:
                 self._cancelling = task.cancelling()
         else:
-            scope = self._scope = cancel_scope(deadline=asyncio.get_running_loop().time() + hold)
+            scope = self._scope = anyio.CancelScope(deadline=anyio.current_time() + hold)
             scope.__enter__()
         pool._leases.add(self)
         return sb
@@ -128,7 +127,7 @@ class Lease:
             pool._leases.discard(self)
             clean = exc_type is None
             if not pool._release_now(sb, clean):  # most releases are synchronous; the rest await, shielded
-                with cancel_scope(shield=True):
+                with pool._session.close_budget.shielded():
                     await pool._release(sb, clean=clean)
         if cut_short:
             if self._closed_by_pool:

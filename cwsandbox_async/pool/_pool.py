@@ -17,7 +17,6 @@ from .._errors import (
     SandboxValidationError,
 )
 from .._log import log
-from .._sandbox import STOP_TIMEOUT_SECONDS
 from .._types import SandboxStatus
 from .._validate import validate_timeout
 from ._core import PoolCore, ResetHook
@@ -226,33 +225,39 @@ class SandboxPool(PoolCore):
             self._closed.set()
             return
         if self._state is not PoolState.OPEN:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._grace + CLOSE_TIMEOUT_SECONDS):
+            with self._session.close_budget.shielded(self._grace + CLOSE_TIMEOUT_SECONDS):
                 await self._closed.wait()
             return
         self._transition(PoolState.CLOSING)
         self._session.remove_closer(self.aclose)
         self._fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool"))
         self._update()
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(self._grace):
-                await self._until(lambda: not self._leases)
-            for lease in list(self._leases):
-                lease._cancel_for_close()
-            with anyio.move_on_after(STOP_TIMEOUT_SECONDS) as scope:
-                await self._until(lambda: not self._leases)
-            if scope.cancelled_caught:
-                log.warning("leases ignored the pool closing; destroying their sandboxes", leases=len(self._leases))
-            if self._bg_scope is not None:
-                self._bg_scope.cancel()
-            with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
-                await self._bg_done.wait()
-            if scope.cancelled_caught:
-                log.warning("pool background tasks did not end in time")
-            await self._destroy_remaining()
-            self._transition(PoolState.CLOSED)
-            self._closed.set()
-            self._update()
-            self._session.metrics.pool_closed(self.pool_id)
+        with self._session.close_budget.shielded():
+            try:
+                with anyio.move_on_after(self._grace):
+                    await self._until(lambda: not self._leases)
+                for lease in list(self._leases):
+                    lease._cancel_for_close()
+                with anyio.move_on_after(self._session.timeouts.stop_seconds) as scope:
+                    await self._until(lambda: not self._leases)
+                if scope.cancelled_caught:
+                    log.warning("leases ignored the pool closing; destroying their sandboxes", leases=len(self._leases))
+                if self._bg_scope is not None:
+                    self._bg_scope.cancel()
+                with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
+                    await self._bg_done.wait()
+                if scope.cancelled_caught:
+                    log.warning("pool background tasks did not end in time")
+                await self._destroy_remaining()
+            finally:
+                # The session's close budget may end this block at any await: the pool is closed anyway,
+                # its background tasks cancelled, and what was not destroyed is left to the session.
+                if self._bg_scope is not None:
+                    self._bg_scope.cancel()
+                self._transition(PoolState.CLOSED)
+                self._closed.set()
+                self._update()
+                self._session.metrics.pool_closed(self.pool_id)
         log.debug("pool closed", created=self._creator.created, destroyed=self._destroyed)
 
     async def _destroy_remaining(self) -> None:
@@ -329,5 +334,5 @@ class SandboxPool(PoolCore):
             self._discard_soon(sb)
         self._update()
         log.info("pool resized", size=new_size, max_size=new_max, trimmed=len(trimmed))
-        with anyio.move_on_after(2 * STOP_TIMEOUT_SECONDS):
+        with anyio.move_on_after(2 * self._session.timeouts.stop_seconds):
             await self._until(lambda: all(sb.status is SandboxStatus.COMPLETED for sb in trimmed))

@@ -34,7 +34,7 @@ from cwsandbox_async import (
 )
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
-from .conftest import alive_ids, check_outcomes, tasks_now
+from .conftest import TIMEOUTS, alive_ids, check_outcomes, tasks_now
 
 SEEDS = range(20)
 #: Everything that can go wrong, at once (probabilities per operation).
@@ -79,7 +79,6 @@ def backend(seed: int) -> FakeBackend:
     )
 
 
-@pytest.mark.usefixtures("short_deadlines")
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_nothing(seed: int) -> None:
     be = backend(seed)
@@ -90,7 +89,7 @@ async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_noth
     tasks0 = tasks_now()
     size = 4
     with anyio.fail_after(60):
-        async with Session(defaults, backend=be, handle_signals=False) as s:
+        async with Session(defaults, backend=be, handle_signals=False, timeouts=TIMEOUTS) as s:
             pool = SandboxPool(
                 s,
                 size=size,
@@ -154,7 +153,6 @@ async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_noth
     assert alive_ids(sweeper) == set()
 
 
-@pytest.mark.usefixtures("short_deadlines")
 @pytest.mark.parametrize("seed", range(8))
 async def test_stuck_starts_never_hold_a_lease_past_its_deadline(seed: int) -> None:
     """Every create hangs or takes seconds: leases end at their deadline, typed, and nothing is left."""
@@ -165,7 +163,7 @@ async def test_stuck_starts_never_hold_a_lease_past_its_deadline(seed: int) -> N
     )
     tags = ("faults", f"stuck-seed-{seed}")
     defaults = SandboxDefaults(tags=tags, create_timeout_seconds=0.2)
-    async with Session(defaults, backend=be, handle_signals=False) as s:
+    async with Session(defaults, backend=be, handle_signals=False, timeouts=TIMEOUTS) as s:
         pool = SandboxPool(
             s,
             size=2,

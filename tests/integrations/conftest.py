@@ -2,17 +2,23 @@
 
 On the local backend they run in bwrap sandboxes; on the FakeBackend through a
 handler that runs the command as a host subprocess (only the programs these
-tests write). ``backend_name`` parametrizes a test over both.
+tests write); on the Kubernetes backend against the API test server, which runs
+each exec as a real process. ``backend_name`` parametrizes a test over the fake
+and local backends, ``program_backend`` over all three.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
+from k8s.conftest import BWRAP, TEST_IMAGE
+from k8s.server import KubeTestServer
 
 from cwsandbox_async import SandboxBackendUnavailableError, Session
+from cwsandbox_async.backends.base import Backend
 from cwsandbox_async.testing import FakeBackend
 
 
@@ -56,3 +62,29 @@ async def leftovers(name: str, backend: FakeBackend | str, tag: str) -> int:
         return backend.live
     async with Session(backend=name) as s:
         return len(await s.list([tag]))
+
+
+@pytest.fixture(params=["fake", "local", "kubernetes"])
+async def program_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend | str]:
+    """A backend that really runs programs: the fake (on the host), local, or Kubernetes (the API test server)."""
+    name: str = request.param
+    if name == "fake":
+        yield fake()
+    elif name == "local":
+        problem = await local_problem()
+        if problem is not None:
+            pytest.skip(f"local backend not available: {problem}")
+        yield "local"
+    else:
+        if not BWRAP:
+            pytest.skip("the Kubernetes test server runs pod commands in bubblewrap (unavailable)")
+        from cwsandbox_async.backends.kubernetes import KubernetesBackend
+
+        server = KubeTestServer()
+        await server.start()
+        backend = KubernetesBackend(server=server.url, image=TEST_IMAGE, namespace="default")
+        try:
+            yield backend
+        finally:
+            await backend.aclose()
+            await server.stop()

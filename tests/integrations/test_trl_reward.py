@@ -125,12 +125,16 @@ async def test_async_reward_is_bound_to_its_first_loop() -> None:
 
     def other_loop() -> None:
         async def call() -> None:
-            with pytest.raises(SandboxError, match="bound to the event loop"):
+            with pytest.raises(SandboxError, match="bound to the event loop") as info:
                 await reward(completions=["<answer>pass</answer>"])
+            assert not info.value.infrastructure  # the caller's mistake
 
         asyncio.run(call())
 
     await anyio.to_thread.run_sync(other_loop)
+    with pytest.raises(SandboxError, match="would block the loop") as info:
+        reward.close()  # from its own loop
+    assert not info.value.infrastructure
     await reward.aclose()
     assert backend.live == 0
 

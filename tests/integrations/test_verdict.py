@@ -10,6 +10,7 @@ in a sandbox as in training.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import anyio
@@ -17,16 +18,20 @@ import pytest
 
 from cwsandbox_async import (
     ExecResult,
+    SandboxBackendUnavailableError,
     SandboxNotRunningError,
     SandboxTerminatedError,
+    SandboxTimeoutError,
+    SandboxValidationError,
     Session,
 )
+from cwsandbox_async.backends.base import Backend
 from cwsandbox_async.integrations._harness import MARKER_PREFIX, harness_run
 from cwsandbox_async.integrations._run import run_python
 from cwsandbox_async.integrations.art import run_tool
 from cwsandbox_async.integrations.trl import code_reward
 
-from .conftest import backend_for, fake, local_problem
+from .conftest import fake, local_problem
 
 RIGHT = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a - b\n"
@@ -58,10 +63,10 @@ def answer(code: str) -> str:
     return f"<answer>\n{code}</answer>"
 
 
-async def test_code_reward_early_exit_scores_zero_and_correct_scores_one(backend_name: str) -> None:
+async def test_code_reward_early_exit_scores_zero_and_correct_scores_one(program_backend: Backend | str) -> None:
     names = ["correct", "wrong", *EARLY_EXITS]
     codes = [RIGHT, WRONG, *EARLY_EXITS.values()]
-    reward = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=backend_for(backend_name))
+    reward = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=program_backend)
     try:
         with anyio.fail_after(90):
             rewards = await reward(completions=[answer(c) for c in codes], tests=[TESTS] * len(codes))
@@ -70,9 +75,9 @@ async def test_code_reward_early_exit_scores_zero_and_correct_scores_one(backend
     assert dict(zip(names, rewards, strict=True)) == {"correct": 1.0, "wrong": 0.0, **dict.fromkeys(EARLY_EXITS, 0.0)}
 
 
-async def test_code_reward_without_tests_needs_the_program_to_run_to_its_end(backend_name: str) -> None:
+async def test_code_reward_without_tests_needs_the_program_to_run_to_its_end(program_backend: Backend | str) -> None:
     codes = ["print('done')", "import os\nos._exit(0)\nprint('done')", "import sys\nprint('x')\nsys.exit(0)"]
-    reward = code_reward(pool_size=0, verbose=False, backend=backend_for(backend_name))
+    reward = code_reward(pool_size=0, verbose=False, backend=program_backend)
     try:
         with anyio.fail_after(60):
             assert await reward(completions=[answer(c) for c in codes]) == [1.0, 0.0, 0.0]
@@ -88,8 +93,8 @@ def submit(code: str) -> dict[str, Any]:
     }
 
 
-async def test_submit_solution_early_exit_fails(backend_name: str) -> None:
-    async with Session(backend=backend_for(backend_name)) as session, session.sandbox() as sb:
+async def test_submit_solution_early_exit_fails(program_backend: Backend | str) -> None:
+    async with Session(backend=program_backend) as session, session.sandbox() as sb:
         with anyio.fail_after(90):
             good = await run_tool(sb, submit("print('working')\n" + RIGHT), tests=TESTS)
             assert good.passed is True and good.observation == "All tests passed."
@@ -135,10 +140,14 @@ def test_passed_needs_exit_zero_no_kill_and_the_marker_last() -> None:
 
 
 @pytest.fixture
-async def local_sandbox() -> Any:
+async def local_only() -> None:
     problem = await local_problem()
     if problem is not None:
         pytest.skip(f"local backend not available: {problem}")
+
+
+@pytest.fixture
+async def local_sandbox(local_only: None) -> Any:
     async with Session(backend="local") as session, session.sandbox() as sb:
         yield sb
 
@@ -229,19 +238,95 @@ async def test_a_program_that_takes_its_sandbox_down_scores_zero_a_platform_fail
             await reward.aclose()
 
 
-async def test_a_caller_mistake_is_raised_not_scored() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        SandboxTerminatedError("sandbox was stopped"),  # exec after stop(): the caller's
+        SandboxBackendUnavailableError("the backend is closed", infrastructure=False),  # the caller's
+        SandboxValidationError("bad input"),
+        KeyError("a backend bug"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_a_caller_mistake_or_a_bug_is_raised_not_scored(error: BaseException) -> None:
     backend = fake()
 
-    async def stopped(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) -> tuple[int, bytes, bytes]:
-        raise SandboxTerminatedError("sandbox was stopped", infrastructure=False)
+    async def failing(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) -> tuple[int, bytes, bytes]:
+        raise error
 
-    backend.exec_handler = stopped
+    backend.exec_handler = failing
     reward = code_reward(pool_size=0, verbose=False, backend=backend)
     try:
-        with pytest.raises(SandboxTerminatedError):
+        with pytest.raises(type(error)):
             await reward(completions=[answer(RIGHT), answer(WRONG)])
         stats = reward.last_stats
         assert stats is not None and stats.sandboxes == 2 and stats.infra_failures == 0
     finally:
         await reward.aclose()
     assert backend.live == 0
+
+
+#: Wrong answers that try to turn their failure into a platform failure (memory limit: 256 MiB).
+SABOTAGE = {
+    "pins SysV shared memory": (
+        "import ctypes, ctypes.util\n"
+        "libc = ctypes.CDLL(ctypes.util.find_library('c'))\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "for _ in range(16):\n"
+        "    sid = libc.shmget(0, ctypes.c_size_t(128 << 20), 0o1600)\n"
+        "    addr = libc.shmat(sid, None, 0)\n"
+        "    if sid >= 0 and addr not in (None, ctypes.c_void_p(-1).value):\n"
+        "        ctypes.memset(addr, 1, 128 << 20)\n" + WRONG
+    ),
+    "allocates 2 GiB": "x = bytearray(2 << 30)\n" + WRONG,
+    "kills every process it can": "import os\nos.kill(-1, 9)\n" + WRONG,
+    "kills its parent": "import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(1)\n" + WRONG,
+}
+
+
+async def test_sabotage_scores_zero_never_none(local_only: None) -> None:
+    """A wrong answer that fills memory or kills what it can reach is scored 0.0, not "not scored"."""
+    reward = code_reward(tests_column="tests", pool_size=0, verbose=False, defaults={"resources": {"memory_mib": 256}})
+    try:
+        with anyio.fail_after(120):
+            rewards = await reward(completions=[answer(c) for c in SABOTAGE.values()], tests=[TESTS] * len(SABOTAGE))
+    finally:
+        await reward.aclose()
+    assert dict(zip(SABOTAGE, rewards, strict=True)) == dict.fromkeys(SABOTAGE, 0.0)
+
+
+async def test_submit_after_sabotage_is_a_failed_submission_not_a_platform_failure(local_only: None) -> None:
+    """The episode pinned memory / killed processes with execute_code; its submission is still judged."""
+    async with Session(backend="local", defaults={"resources": {"memory_mib": 256}}) as session:
+        for name, code in SABOTAGE.items():
+            async with session.sandbox() as sb:
+                for _ in range(3):
+                    await run_tool(sb, {"name": "execute_code", "arguments": json.dumps({"code": code})})
+                res = await run_tool(sb, submit(WRONG), tests=TESTS)
+                assert res.submitted and res.passed is False, name
+
+
+BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end:\n    pass\n"
+
+
+async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) -> None:
+    """Issue 13's case: many programs that each need 1 s of CPU, at once, with a 2.5 s timeout on a few cores."""
+    async with Session(backend="local") as session, session.sandbox() as sb:
+        probe = await sb.run_python("pass")
+        if probe.cpu_wait_seconds is None or probe.sandbox_cpu_seconds is None:
+            pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
+        with pytest.raises(SandboxTimeoutError) as info:
+            await sb.run_python("import time\ntime.sleep(30)", timeout_seconds=1)
+        assert not info.value.infrastructure and info.value.result is not None and not info.value.result.starved
+    n = 8 * (os.cpu_count() or 2)  # about a quarter of a CPU each
+    reward = code_reward(pool_size=0, limit=n, timeout_seconds=2.5, verbose=False)
+    try:
+        with anyio.fail_after(120):
+            rewards = await reward(completions=[answer(BUSY + RIGHT)] * n)
+    finally:
+        await reward.aclose()
+    stats = reward.last_stats
+    assert stats is not None
+    # each got at most cores/n of a CPU: those that timed out were starved, and are not scored
+    assert 0.0 not in rewards, rewards
+    assert stats.starved == rewards.count(None) and stats.starved >= n // 2
