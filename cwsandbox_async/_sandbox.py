@@ -15,12 +15,12 @@ from ._errors import (
     SandboxExecutionError,
     SandboxNotRunningError,
     SandboxTerminatedError,
-    SandboxTimeoutError,
 )
 from ._log import log
 from ._process import Process
 from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus
 from ._validate import MAX_FILE_BYTES, validate_exec, validate_file_data, validate_path, validate_timeout
+from ._verdict import exec_result, timeout_error
 
 if TYPE_CHECKING:
     from ._budget import CloseBudget
@@ -70,6 +70,8 @@ class Sandbox:
         self._ok = 0
         self._nonzero = 0
         self._failures = 0
+        #: Whether the platform (rather than the program) took the sandbox down, once it is FAILED.
+        self._death_is_infra = True
         self._stop_lock = anyio.Lock()
 
     # -- identity and state ----------------------------------------------------
@@ -127,9 +129,13 @@ class Sandbox:
 
     def _check_running(self) -> None:
         if self._status in (SandboxStatus.TERMINATING, SandboxStatus.COMPLETED):
-            raise SandboxTerminatedError(f"sandbox {self._id} was stopped", sandbox_id=self._id)
+            raise SandboxTerminatedError(f"sandbox {self._id} was stopped", sandbox_id=self._id)  # the caller's
         if self._status is SandboxStatus.FAILED:
-            raise SandboxNotRunningError(f"sandbox {self._id} is no longer running", sandbox_id=self._id)
+            # Whoever caused the death owns what follows: a program that took its sandbox down makes
+            # every later call its outcome too; an unexplained death stays the platform's.
+            raise SandboxNotRunningError(
+                f"sandbox {self._id} is no longer running", sandbox_id=self._id, infrastructure=self._death_is_infra
+            )
 
     # -- exec ------------------------------------------------------------------
     def _request(
@@ -140,6 +146,8 @@ class Sandbox:
         env: Mapping[str, str] | None,
         stdin: bytes | None,
         max_output_bytes: int | None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> ExecRequest:
         d = self._defaults
         req = validate_exec(
@@ -149,6 +157,8 @@ class Sandbox:
             env=env,
             stdin=stdin,
             max_output_bytes=d.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            cpu_seconds=cpu_seconds,
+            exclusive=exclusive,
         )
         if self._status is not SandboxStatus.RUNNING:
             self._check_running()
@@ -164,18 +174,27 @@ class Sandbox:
         stdin: bytes | None = None,
         check: bool = False,
         max_output_bytes: int | None = None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> ExecResult:
         """Run a command and return its result.
 
         ``command`` is an argv list; a str is run with ``/bin/sh -c``. A non-zero exit
         is returned, not raised, unless ``check=True`` (``SandboxExecutionError``).
         On timeout the whole process tree is killed and ``SandboxTimeoutError`` is
-        raised with the output so far in ``.result``. Output past ``max_output_bytes``
-        per stream is dropped, the command is killed, and ``result.truncated`` is set.
-        A sandbox that died raises ``SandboxNotRunningError``; a broken channel
-        ``SandboxTransportError``.
+        raised with the output so far in ``.result``: the program's own outcome
+        (``infrastructure=False``), unless the backend measured that it was starved of
+        CPU by others (``result.starved``, ``infrastructure=True``; see
+        ``docs/outcomes.md``). Output past ``max_output_bytes`` per stream is dropped,
+        the command is killed, and ``result.truncated`` is set. ``cpu_seconds`` is a
+        CPU-time budget for the command's process tree, enforced by the sandbox: past
+        it the command is killed and ``result.cpu_exceeded`` is set. An OOM kill is a
+        result too (``result.oom_killed``). ``exclusive=True`` kills every other
+        process in the sandbox before the command starts, so nothing else can write
+        into its output, signal it or trace it. A sandbox that died raises
+        ``SandboxNotRunningError``; a broken channel ``SandboxTransportError``.
         """
-        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes)
+        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
         return await self._run(req, check, None)
 
     async def run_python(
@@ -188,6 +207,8 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         check: bool = False,
         max_output_bytes: int | None = None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> ExecResult:
         """Run Python source, as ``exec(["python3", "-c", source])`` would, on the fastest path the backend has.
 
@@ -199,10 +220,11 @@ class Sandbox:
         interpreter ran with ``-I`` (no ``PYTHON*`` variables, no user site), and
         ``sys.argv`` is ``["-c"]``. The exit code is 0, the ``SystemExit`` code, or 1
         after an uncaught exception (its traceback on stderr). Timeout, output cap,
-        ``check``, ``exec_stats`` and metrics behave exactly as for ``exec``; the
-        result's ``command`` is ``("python3", "-c", source)``.
+        ``check``, ``cpu_seconds``, ``exclusive``, ``exec_stats`` and metrics behave
+        exactly as for ``exec``; the result's ``command`` is ``("python3", "-c", source)``.
         """
-        req = self._request(["python3", "-c", source], timeout_seconds, cwd, env, stdin, max_output_bytes)
+        argv = ["python3", "-c", source]
+        req = self._request(argv, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
         return await self._run(req, check, None, python=True)
 
     def process(
@@ -214,12 +236,14 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int | None = None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> Process:
         """Start a command whose output is streamed: ``async with sb.process(cmd) as p: async for c in p.stdout``.
 
-        Leaving the block before the command ends kills it.
+        Leaving the block before the command ends kills it. Options as for ``exec``.
         """
-        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes)
+        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
         return Process(self, req)
 
     async def _run(
@@ -245,17 +269,22 @@ class Sandbox:
             self._failures += 1
             self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, time.monotonic() - start, 0.0)
             raise
-        result = ExecResult.from_exit(req.argv, ex, sid)
+        result = exec_result(req, ex, sid, self._defaults)
         if ex.timed_out:
             self._failures += 1
-            self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, ex.wall_seconds, ex.cpu_seconds, timed_out=True)
-            log.info("exec timed out", sandbox_id=self._id, timeout=req.timeout_seconds)
-            raise SandboxTimeoutError(
-                f"command timed out after {req.timeout_seconds:g} seconds",
-                sandbox_id=self._id,
-                result=result,
-                infrastructure=False,
+            starved = result.starved
+            self._metrics.exec_finished(
+                sid,
+                ExecOutcome.FAILURE,
+                ex.wall_seconds,
+                ex.cpu_seconds,
+                timed_out=True,
+                infrastructure=starved,
+                starved=starved,
+                oom_killed=ex.oom_killed,
             )
+            log.info("exec timed out", sandbox_id=sid, timeout=req.timeout_seconds, starved=starved)
+            raise timeout_error(req, result)
         if ex.returncode == 0:
             self._ok += 1
             outcome = ExecOutcome.COMPLETED_OK
@@ -265,7 +294,7 @@ class Sandbox:
         else:
             self._nonzero += 1
             outcome = ExecOutcome.COMPLETED_NONZERO
-        self._metrics.exec_finished(self._id, outcome, ex.wall_seconds, ex.cpu_seconds)
+        self._metrics.exec_finished(self._id, outcome, ex.wall_seconds, ex.cpu_seconds, oom_killed=ex.oom_killed)
         if check and ex.returncode != 0:
             raise SandboxExecutionError(
                 f"command exited with {ex.returncode}: {req.argv[:3]!r}", sandbox_id=self._id, exec_result=result
@@ -277,6 +306,7 @@ class Sandbox:
         self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, elapsed, 0.0, infrastructure=exc.infrastructure)
         if isinstance(exc, SandboxNotRunningError) and not self._status.is_terminal:
             self._status = SandboxStatus.FAILED
+            self._death_is_infra = exc.infrastructure
         log.info("exec failed", sandbox_id=self._id, error=repr(exc))
 
     # -- files -----------------------------------------------------------------

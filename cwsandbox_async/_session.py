@@ -60,6 +60,9 @@ class Session:
     (``Timeouts``). With ``handle_signals`` (the default), SIGTERM cancels the
     ``async with`` body, the session closes, and the process then dies of SIGTERM
     (``_signals``); a session opened with ``open()`` instead handles no signal.
+    ``report_to``/``run`` choose where ``log_metrics`` sends the metrics;
+    ``metrics_namespace="x"`` names them ``cwsandbox/x/*`` (the step stays
+    ``cwsandbox/step``), so several sessions can share one W&B run.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class Session:
         run: Any = None,
         handle_signals: bool = True,
         timeouts: Timeouts | None = None,
+        metrics_namespace: str | None = None,
     ) -> None:
         if defaults is None:
             defaults = SandboxDefaults()
@@ -101,13 +105,13 @@ class Session:
         self.metrics = MetricsAggregator()
         self._report_to = report_to
         self._run = run
-        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run)
+        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run, metrics_namespace)
 
     # -- lifecycle -------------------------------------------------------------
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            raise SandboxError("session is not open; use 'async with Session(...)'")
+            raise SandboxError("session is not open; use 'async with Session(...)'", infrastructure=False)
         return self._backend
 
     @property
@@ -214,7 +218,9 @@ class Session:
 
     def _check_open(self) -> None:
         if self._state is not SessionState.OPEN:
-            raise SandboxError(f"session is {self._state.value}; it must be open (use 'async with')")
+            raise SandboxError(
+                f"session is {self._state.value}; it must be open (use 'async with')", infrastructure=False
+            )
 
     def add_closer(self, closer: Closer) -> None:
         """Register an async callable run at close, before sandboxes are stopped (pools use this).
@@ -277,7 +283,9 @@ class Session:
         log.debug("sandbox created", sandbox_id=sandbox_id, startup_seconds=round(startup, 4))
         if self._state is not SessionState.OPEN:  # closed while we were creating
             await sb.stop()
-            raise SandboxError("session closed while the sandbox was being created", sandbox_id=sandbox_id)
+            raise SandboxError(  # the caller closed it: not the platform's failure
+                "session closed while the sandbox was being created", sandbox_id=sandbox_id, infrastructure=False
+            )
         return sb
 
     async def _destroy_quietly(self, sandbox_id: str) -> None:
@@ -349,9 +357,11 @@ class Session:
         ``step=None`` means the last step + 1 (0 first). ``reset=False`` keeps
         accumulating after the flush. Returns True if every available reporter
         took the snapshot; False, keeping the data for the next flush, if there
-        is no reporter (no W&B run yet), nothing happened since the last flush,
-        or a reporter failed (logged as a warning). W&B gets ``cwsandbox/step``,
-        never ``step=``. Closing the session flushes what is left as step last + 1.
+        is no reporter (no W&B run yet: warned once), nothing happened since the
+        last flush, or a reporter failed (logged as a warning). W&B gets
+        ``cwsandbox/step``, never ``step=``. Closing the session flushes what is
+        left as step last + 1, or, when it only stopped sandboxes, as step last's
+        ``cwsandbox/teardown/*`` (no trailing row of zeros).
         Thread-safe (may be called off the event loop). Raises
         ``SandboxValidationError`` for a step that is not a non-negative int.
         """

@@ -170,6 +170,8 @@ def validate_exec(
     env: object,
     stdin: object,
     max_output_bytes: object,
+    cpu_seconds: object = None,
+    exclusive: object = False,
 ) -> ExecRequest:
     """Check every exec argument; return the request a backend receives."""
     argv = _validate_argv(command)
@@ -182,6 +184,8 @@ def validate_exec(
         raise SandboxValidationError(f"stdin is larger than {MAX_FILE_BYTES} bytes")
     if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) or max_output_bytes <= 0:
         raise SandboxValidationError(f"max_output_bytes must be a positive int, got {max_output_bytes!r}")
+    if not isinstance(exclusive, bool):
+        raise SandboxValidationError(f"exclusive must be a bool, got {exclusive!r}")
     return ExecRequest(
         argv=argv,
         cwd=cwd_s,
@@ -189,6 +193,8 @@ def validate_exec(
         stdin=bytes(stdin) if stdin is not None else None,
         timeout_seconds=timeout,
         max_output_bytes=max_output_bytes,
+        cpu_seconds=validate_cpu_seconds(cpu_seconds),
+        exclusive=exclusive,
     )
 
 
@@ -220,6 +226,25 @@ def _validate_resources(res: object) -> Resources:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or math.isinf(v) or math.isnan(v):
             raise SandboxValidationError(f"resources.{f.name} must be a positive number or None, got {v!r}")
     return res
+
+
+def validate_share(value: object, name: str, *, upper: float) -> float:
+    """A finite number in ``[0, upper]`` (a fraction, or a ratio when ``upper`` is infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
+        bound = "a finite number >= 0" if math.isinf(upper) else f"a number in [0, {upper:g}]"
+        raise SandboxValidationError(f"{name} must be {bound}, got {value!r}")
+    if not math.isfinite(value):
+        raise SandboxValidationError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def validate_cpu_seconds(value: object) -> float | None:
+    """A per-exec CPU-time budget: ``None`` (no budget) or a positive finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SandboxValidationError(f"cpu_seconds must be a positive number of seconds or None, got {value!r}")
+    return float(value)
 
 
 def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +279,8 @@ def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict
         elif key == "network":
             if not isinstance(value, bool):
                 raise SandboxValidationError("network must be a bool")
+        elif key in ("starved_cpu_share", "starved_wait_share"):
+            out[key] = validate_share(value, key, upper=1.0 if key == "starved_cpu_share" else math.inf)
         elif key == "image" and value is not None and (not isinstance(value, str) or not value):
             raise SandboxValidationError("image must be a non-empty str or None")
     return out

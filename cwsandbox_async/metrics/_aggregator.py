@@ -52,6 +52,8 @@ _SUMS = (
     "nonzero",
     "failures",
     "timeouts",
+    "starved",
+    "oom",
     "infra",
     "exec_cpu",
     "sandbox_seconds",
@@ -86,11 +88,13 @@ class _Window:
         "leases",
         "nonzero",
         "ok",
+        "oom",
         "per_sandbox",
         "retries",
         "sandbox_seconds",
         "started",
         "startup_hist",
+        "starved",
         "swept",
         "timeouts",
         "warm_hits",
@@ -101,6 +105,7 @@ class _Window:
         self.accrue_from = started  # live sandboxes accrue sandbox-seconds from here
         self.created = self.create_failures = self.create_infra = self.destroyed = 0
         self.executions = self.ok = self.nonzero = self.failures = self.timeouts = self.infra = 0
+        self.starved = self.oom = 0
         self.exec_cpu = self.sandbox_seconds = 0.0
         self.startup_hist = QuantileSketch()
         self.exec_hist = QuantileSketch()
@@ -179,8 +184,12 @@ class MetricsAggregator:
             self._alive[sandbox_id] = now - startup_seconds
 
     def sandbox_create_failed(self, error: BaseException) -> None:
-        """A create request failed (it still counts in ``sandboxes_created``, as in the CoreWeave SDK)."""
-        infra = bool(getattr(error, "infrastructure", True))
+        """A create request failed (it still counts in ``sandboxes_created``, as in the CoreWeave SDK).
+
+        It counts as an infrastructure failure only if the error says so: an exception
+        outside the ``SandboxError`` tree is a bug, not the platform's failure.
+        """
+        infra = bool(getattr(error, "infrastructure", False))
         with self._lock:
             self._window.create_failures += 1
             if infra:
@@ -207,11 +216,20 @@ class MetricsAggregator:
         *,
         timed_out: bool = False,
         infrastructure: bool = False,
+        starved: bool = False,
+        oom_killed: bool = False,
     ) -> None:
-        """One exec ended. A timeout or infrastructure error is also a ``FAILURE`` outcome."""
+        """One exec ended. A timeout or infrastructure error is also a ``FAILURE`` outcome.
+
+        ``starved``: a timeout that fired while the command was starved of CPU (also a
+        timeout and an infrastructure failure); ``oom_killed``: the kernel killed the
+        command for its memory (any outcome).
+        """
         with self._lock:
             w = self._window
             w.executions += 1
+            if oom_killed:
+                w.oom += 1
             if outcome is _OK:
                 w.ok += 1
             elif outcome is _NONZERO:
@@ -220,6 +238,8 @@ class MetricsAggregator:
                 w.failures += 1
                 if timed_out:
                     w.timeouts += 1
+                    if starved:
+                        w.starved += 1
                 if infrastructure:
                     w.infra += 1
             w.exec_cpu += cpu_seconds
@@ -313,6 +333,8 @@ class MetricsAggregator:
             exec_failures=w.failures,
             exec_timeouts=w.timeouts,
             exec_infra_failures=w.infra,
+            exec_starved=w.starved,
+            exec_oom_killed=w.oom,
             create_infra_failures=w.create_infra,
             exec_cpu_seconds=w.exec_cpu,
             sandbox_seconds=w.sandbox_seconds + alive_seconds,

@@ -10,16 +10,28 @@ created), ``max_live``, ``created``, ``destroyed``, ``exec_in_flight`` and
 ``max_exec_in_flight``; ``lost`` holds the ids whose destroy an injected fault
 dropped (``lost_delete``, ``destroy_hang``, ``destroy_failure``) and that are still
 alive, so a test can check that exactly those are left for a sweep.
+
+It reports the facts a verdict is decided on, so verdict logic can be tested
+without a kernel: seeded OOM kills (``Faults.oom_kill``: ``returncode=-9``,
+``oom_killed``) and starvation (``Faults.starve``: the command waits out its
+timeout with little CPU and a measured run-queue wait); an ``exec_handler`` may
+also return a whole ``ExecExit`` to report exact CPU, wait and OOM facts. A
+request's CPU budget (``ExecRequest.cpu_seconds``) is enforced against the CPU
+time reported (``cpu_exceeded``, ``returncode=-9``), and an exclusive request
+(``ExecRequest.exclusive``) kills every other exec of its sandbox before it runs
+(they end with ``returncode=-9``; ``exclusive_kills`` counts them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import anyio
 
@@ -36,10 +48,14 @@ __all__ = ["ExecHandler", "FakeBackend", "Faults", "Latency"]
 
 _BUILTINS = frozenset({"true", "false", "echo", "printf", "pwd", "printenv", "cat", "sleep", "exit", "yes", "sh"})
 
-#: ``(argv, stdin, files) -> (returncode, stdout, stderr)``, sync or async, for custom commands.
-ExecHandler = Callable[
-    [tuple[str, ...], bytes, dict[str, bytes]], "tuple[int, bytes, bytes] | Awaitable[tuple[int, bytes, bytes]]"
-]
+#: What a handler returns: ``(returncode, stdout, stderr)``, or a whole ``ExecExit`` (its own CPU/wait/OOM facts).
+HandlerResult: TypeAlias = "tuple[int, bytes, bytes] | ExecExit"
+#: ``(argv, stdin, files) -> HandlerResult``, sync or async, for custom commands.
+ExecHandler = Callable[[tuple[str, ...], bytes, dict[str, bytes]], "HandlerResult | Awaitable[HandlerResult]"]
+
+#: Share of the wall time a starved exec gets on a CPU, and spends waiting for one (``Faults.starve``).
+STARVED_CPU_SHARE = 0.02
+STARVED_WAIT_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,8 @@ class Faults:
     idle_death: float = 0.0  # after create, the sandbox dies on its own after a short while
     destroy_hang: float = 0.0  # destroy never returns and the sandbox lives on (the caller's deadline must fire)
     destroy_failure: float = 0.0  # destroy raises SandboxTransportError and the sandbox lives on
+    oom_kill: float = 0.0  # the kernel kills the command for its memory (returncode -9, oom_killed)
+    starve: float = 0.0  # the command gets almost no CPU: it times out, with run-queue wait measured
 
 
 @dataclass
@@ -95,6 +113,8 @@ class _FakeSandbox:
     files: dict[str, bytes] = field(default_factory=dict)
     alive: bool = True
     ready: bool = False
+    #: Execs running now, each with the scope that kills it (an exclusive exec kills the others).
+    running: dict[object, anyio.CancelScope] = field(default_factory=dict)
 
 
 class FakeBackend(Backend):
@@ -127,6 +147,7 @@ class FakeBackend(Backend):
         self.exec_in_flight = 0
         self.max_exec_in_flight = 0
         self.lost: set[str] = set()
+        self.exclusive_kills = 0
         self.closed = False
 
     @property
@@ -193,11 +214,33 @@ class FakeBackend(Backend):
             raise SandboxNotRunningError("injected: sandbox died during exec", sandbox_id=sid)
         if self._chance(f.truncated_stream):
             raise SandboxTransportError("injected: stream ended without an exit status", sandbox_id=sid)
+        if req.exclusive:
+            self._kill_others(sb)
+        facts: ExecExit | None = None
         timed_out = False
-        with anyio.move_on_after(req.timeout_seconds) as scope:
-            rc, out, err = await self._interpret(req, sb)
-        if scope.cancelled_caught:
-            timed_out, rc, out, err = True, -9, b"", b""
+        rc, out, err = -9, b"", b""
+        token = object()
+        with anyio.CancelScope() as kill:  # cancelled by a later exclusive exec of this sandbox
+            sb.running[token] = kill
+            try:
+                if self._chance(f.starve):
+                    await anyio.sleep(req.timeout_seconds)
+                    return self._starved(start)
+                with anyio.move_on_after(req.timeout_seconds) as scope:
+                    res = await self._interpret(req, sb)
+                if scope.cancelled_caught:
+                    timed_out = True
+                elif isinstance(res, ExecExit):
+                    facts, (rc, out, err) = res, (res.returncode, res.stdout, res.stderr)
+                else:
+                    rc, out, err = res
+            finally:
+                sb.running.pop(token, None)
+        if kill.cancelled_caught:
+            return ExecExit(-9, b"", b"", time.monotonic() - start)  # killed by an exclusive exec
+        oom = not timed_out and self._chance(f.oom_kill)
+        if oom:
+            rc, err = -9, b""
         cap = req.max_output_bytes
         truncated = len(out) > cap or len(err) > cap
         if truncated:  # output past the cap is dropped and the command counted as killed
@@ -207,12 +250,40 @@ class FakeBackend(Backend):
                 await on_output("stdout", out)
             if err:
                 await on_output("stderr", err)
-        return ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated)
+        ex = ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated, oom_killed=oom)
+        if facts is not None:
+            ex = dataclasses.replace(
+                ex,
+                cpu_seconds=facts.cpu_seconds,
+                oom_killed=oom or facts.oom_killed,
+                cpu_exceeded=facts.cpu_exceeded,
+                cpu_wait_seconds=facts.cpu_wait_seconds,
+                sandbox_cpu_seconds=facts.sandbox_cpu_seconds,
+            )
+        budget = req.cpu_seconds
+        if budget is not None and ex.cpu_seconds > budget and not ex.timed_out:
+            ex = dataclasses.replace(ex, returncode=-9, cpu_seconds=budget, cpu_exceeded=True)
+        return ex
 
-    async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
+    def _kill_others(self, sb: _FakeSandbox) -> None:
+        """Before an exclusive exec: kill every other exec of the sandbox."""
+        for scope in list(sb.running.values()):
+            scope.cancel()
+            self.exclusive_kills += 1
+        sb.running.clear()
+
+    @staticmethod
+    def _starved(start: float) -> ExecExit:
+        """A command that got almost no CPU until its timeout, while its processes waited for one."""
+        wall = time.monotonic() - start
+        cpu = STARVED_CPU_SHARE * wall
+        wait = STARVED_WAIT_SHARE * wall
+        return ExecExit(-9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=cpu)
+
+    async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes] | ExecExit:
         if self.exec_handler is not None:
             res = self.exec_handler(req.argv, req.stdin or b"", sb.files)
-            if not isinstance(res, tuple):
+            if not isinstance(res, (tuple, ExecExit)):
                 res = await res
             return res
         if req.argv[:2] == ("/bin/sh", "-c") or req.argv[:2] == ("sh", "-c"):
