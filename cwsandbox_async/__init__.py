@@ -4,8 +4,6 @@ Backends are imported lazily by name; ``import cwsandbox_async`` imports none of
 them, nor aiohttp's websocket code, nor wandb.
 """
 
-from __future__ import annotations
-
 from ._errors import (
     PoolClosedError,
     PoolError,
@@ -24,6 +22,7 @@ from ._errors import (
 from ._process import Process
 from ._sandbox import Sandbox
 from ._session import Session
+from ._settings import Timeouts
 from ._types import (
     ExecOutcome,
     ExecResult,
@@ -78,6 +77,7 @@ __all__ = [
     "SandboxTransportError",
     "SandboxValidationError",
     "Session",
+    "Timeouts",
     "__version__",
     "as_completed",
     "gather",

@@ -21,10 +21,29 @@ SandboxError
     └── PoolClosedError           the pool is closed
 ```
 
-``infrastructure`` tells whether an error is the platform's fault (the sandbox,
-backend or transport failed) rather than the program's own outcome: a trainer
-should drop infrastructure failures from reward statistics instead of reading them
-as a zero reward. A command timeout is the program's outcome, not infrastructure.
+``infrastructure`` tells whether an error is the platform's fault rather than
+the program's own outcome or the caller's mistake: a trainer drops
+infrastructure failures from reward statistics (GRPO masks them) instead of
+reading them as a zero reward, so the flag must never be something a program or
+its caller can trigger on purpose. It is decided where the facts are, per
+instance (``infrastructure=``), with a default per class:
+
+- **the program's outcome** (``False``): its exit code, its own timeout, its OOM
+  kill, its CPU budget and the output cap are *results* (``ExecResult``), and a
+  command timeout is ``SandboxTimeoutError(infrastructure=False)``; a sandbox the
+  program took down (it killed its agent, exhausted its memory) raises
+  ``SandboxNotRunningError(infrastructure=False)`` for that exec and every later
+  call;
+- **the caller's mistake** (``False``): bad input (``SandboxValidationError``),
+  using a stopped sandbox (``SandboxTerminatedError``), a session or pool that is
+  not open, ``check=True`` (``SandboxExecutionError``), a missing file;
+- **the platform's failure** (``True``): the sandbox died for reasons outside the
+  program, a transport broke, a backend stopped answering within its deadline, a
+  sandbox could not be created, an exec timed out while the program was starved
+  of CPU by others (``SandboxTimeoutError`` with ``result.starved``).
+
+An exception a backend does not know is a bug: it propagates as itself and is
+never wrapped into this tree as infrastructure.
 """
 
 from __future__ import annotations
@@ -91,7 +110,9 @@ class SandboxNotRunningError(SandboxError):
 
 
 class SandboxTerminatedError(SandboxNotRunningError):
-    """The sandbox was stopped by this client and can no longer be used."""
+    """The sandbox was stopped by this client and can no longer be used: the caller's doing, not infrastructure."""
+
+    infrastructure = False
 
 
 class SandboxTimeoutError(SandboxError, TimeoutError):
@@ -99,8 +120,10 @@ class SandboxTimeoutError(SandboxError, TimeoutError):
 
     For an exec timeout, the whole process tree was killed and ``result`` holds the
     output captured up to that point. Such a timeout is the program's outcome, so
-    ``infrastructure`` is False for it and True for an operation timeout (create,
-    file transfer, a backend that stopped answering).
+    ``infrastructure`` is False for it, unless the backend measured that the
+    program was starved of CPU by others (``result.starved``: see
+    ``docs/outcomes.md``); it is True for an operation timeout (create, file
+    transfer, a backend that stopped answering).
     """
 
     def __init__(
@@ -137,6 +160,11 @@ class SandboxFileError(SandboxError):
     def __init__(self, message: str, *, sandbox_id: str | None = None, path: str | None = None) -> None:
         super().__init__(message, sandbox_id=sandbox_id)
         self.path = path
+
+    @property
+    def filepath(self) -> str | None:
+        """The CoreWeave SDK's name for ``path``."""
+        return self.path
 
 
 class SandboxTransportError(SandboxError):

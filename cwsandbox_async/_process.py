@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._errors import SandboxError
 from ._types import ExecRequest, ExecResult, StreamName
 
 if TYPE_CHECKING:
@@ -18,7 +21,14 @@ __all__ = ["Process"]
 
 
 class Process:
-    """A command whose output streams while it runs. Use as ``async with sb.process(...) as p``."""
+    """A command whose output streams while it runs. Use as ``async with sb.process(...) as p``.
+
+    ``stdout``/``stderr`` yield output chunks as they arrive and end when the
+    command ends. Leaving the block before the command ends kills it (its exec
+    is cancelled, so the backend kills the process tree). ``wait()`` returns the
+    result or raises as ``Sandbox.exec`` would; an exception raised in the block
+    reaches the caller as raised, not wrapped in an ``ExceptionGroup``.
+    """
 
     def __init__(self, sandbox: Sandbox, request: ExecRequest) -> None:
         self._sandbox = sandbox
@@ -32,7 +42,7 @@ class Process:
         self._done = anyio.Event()
         self._result: ExecResult | None = None
         self._error: BaseException | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._running: AbstractAsyncContextManager[None] | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -60,23 +70,35 @@ class Process:
         assert self._result is not None
         return self._result
 
+    @asynccontextmanager
+    async def _lifetime(self) -> AsyncIterator[None]:
+        """The exec's task group, in one function: the body runs while the exec streams."""
+        body_exc: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._run)
+                try:
+                    yield
+                except BaseException as exc:
+                    # Kept out of the task group, which would wrap it in a group; re-raised as it is.
+                    body_exc = exc
+                if not self._done.is_set():
+                    tg.cancel_scope.cancel()  # leaving early kills the command
+        finally:
+            self.stdout.close()
+            self.stderr.close()
+        if body_exc is not None:
+            raise body_exc
+
     async def __aenter__(self) -> Process:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._run)
+        if self._running is not None:
+            raise SandboxError("a Process can be entered once", infrastructure=False)
+        self._running = self._lifetime()
+        await self._running.__aenter__()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        assert self._tg is not None
-        if not self._done.is_set():
-            self._tg.cancel_scope.cancel()  # leaving early kills the command
-        try:
-            # The body's own exception is not handed to the task group, so it reaches the
-            # caller as raised, not wrapped in an ExceptionGroup (the runner never raises).
-            await self._tg.__aexit__(None, None, None)
-        finally:
-            self.stdout.close()
-            self.stderr.close()
-        return False
+        assert self._running is not None
+        return await self._running.__aexit__(exc_type, exc, tb)

@@ -3,44 +3,44 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._deadline import backend_error, bounded, call_backend, cancel_scope
+from ._calls import call_backend, destroy
 from ._errors import (
     SandboxError,
     SandboxExecutionError,
     SandboxNotRunningError,
     SandboxTerminatedError,
-    SandboxTimeoutError,
 )
 from ._log import log
 from ._process import Process
-from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus, StreamName
-from ._validate import MAX_FILE_BYTES, exec_request, validate_file_data, validate_path, validate_timeout
+from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus
+from ._validate import MAX_FILE_BYTES, validate_exec, validate_file_data, validate_path, validate_timeout
+from ._verdict import exec_result, timeout_error
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
+    from ._budget import CloseBudget
+    from ._settings import Timeouts
+    from .backends.base import Backend, OutputCallback
     from .metrics._aggregator import MetricsAggregator
 
-__all__ = ["Sandbox"]
-
-_monotonic = time.monotonic
-
-#: Extra time the client waits past an exec's own timeout before it calls the backend stuck.
-EXEC_GRACE_SECONDS = 10.0
-#: How long a stop may take before it is abandoned (and logged).
-STOP_TIMEOUT_SECONDS = 15.0
+__all__ = ["Sandbox", "SandboxOpener"]
 
 
 class Sandbox:
     """One running sandbox. Create it with ``Session.sandbox()``; stop it with ``stop()`` or ``async with``.
 
-    Every method bounds its backend call with a deadline. Bad input raises
-    ``SandboxValidationError`` before anything is sent.
+    Every method bounds its backend call with a deadline: an exec by its own
+    timeout plus ``timeouts.exec_grace_seconds``, files and status by
+    ``operation_timeout_seconds``, a stop by ``timeouts.stop_seconds`` and the
+    session's close budget. A missed deadline raises ``SandboxTimeoutError``
+    (infrastructure); an exception a backend let escape outside the
+    ``SandboxError`` tree is a backend bug and propagates unchanged. Bad input
+    raises ``SandboxValidationError`` before anything is sent.
     """
 
     def __init__(
@@ -50,6 +50,8 @@ class Sandbox:
         backend: Backend,
         defaults: SandboxDefaults,
         metrics: MetricsAggregator,
+        timeouts: Timeouts,
+        budget: CloseBudget,
         on_stopped: Callable[[Sandbox], None] | None = None,
         startup_seconds: float = 0.0,
     ) -> None:
@@ -57,6 +59,8 @@ class Sandbox:
         self._backend = backend
         self._defaults = defaults
         self._metrics = metrics
+        self._timeouts = timeouts
+        self._budget = budget
         self._on_stopped = on_stopped
         self._status = SandboxStatus.RUNNING
         self._created_at = time.time()
@@ -66,6 +70,8 @@ class Sandbox:
         self._ok = 0
         self._nonzero = 0
         self._failures = 0
+        #: Whether the platform (rather than the program) took the sandbox down, once it is FAILED.
+        self._death_is_infra = True
         self._stop_lock = anyio.Lock()
 
     # -- identity and state ----------------------------------------------------
@@ -123,9 +129,13 @@ class Sandbox:
 
     def _check_running(self) -> None:
         if self._status in (SandboxStatus.TERMINATING, SandboxStatus.COMPLETED):
-            raise SandboxTerminatedError(f"sandbox {self._id} was stopped", sandbox_id=self._id)
+            raise SandboxTerminatedError(f"sandbox {self._id} was stopped", sandbox_id=self._id)  # the caller's
         if self._status is SandboxStatus.FAILED:
-            raise SandboxNotRunningError(f"sandbox {self._id} is no longer running", sandbox_id=self._id)
+            # Whoever caused the death owns what follows: a program that took its sandbox down makes
+            # every later call its outcome too; an unexplained death stays the platform's.
+            raise SandboxNotRunningError(
+                f"sandbox {self._id} is no longer running", sandbox_id=self._id, infrastructure=self._death_is_infra
+            )
 
     # -- exec ------------------------------------------------------------------
     def _request(
@@ -136,15 +146,19 @@ class Sandbox:
         env: Mapping[str, str] | None,
         stdin: bytes | None,
         max_output_bytes: int | None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> ExecRequest:
         d = self._defaults
-        req = exec_request(
+        req = validate_exec(
             command,
-            d.exec_timeout_seconds if timeout_seconds is None else timeout_seconds,
-            d.working_dir if cwd is None else cwd,
-            env,
-            stdin,
-            d.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            timeout_seconds=d.exec_timeout_seconds if timeout_seconds is None else timeout_seconds,
+            cwd=d.working_dir if cwd is None else cwd,
+            env=env,
+            stdin=stdin,
+            max_output_bytes=d.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            cpu_seconds=cpu_seconds,
+            exclusive=exclusive,
         )
         if self._status is not SandboxStatus.RUNNING:
             self._check_running()
@@ -160,18 +174,27 @@ class Sandbox:
         stdin: bytes | None = None,
         check: bool = False,
         max_output_bytes: int | None = None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> ExecResult:
         """Run a command and return its result.
 
         ``command`` is an argv list; a str is run with ``/bin/sh -c``. A non-zero exit
         is returned, not raised, unless ``check=True`` (``SandboxExecutionError``).
         On timeout the whole process tree is killed and ``SandboxTimeoutError`` is
-        raised with the output so far in ``.result``. Output past ``max_output_bytes``
-        per stream is dropped, the command is killed, and ``result.truncated`` is set.
-        A sandbox that died raises ``SandboxNotRunningError``; a broken channel
-        ``SandboxTransportError``.
+        raised with the output so far in ``.result``: the program's own outcome
+        (``infrastructure=False``), unless the backend measured that it was starved of
+        CPU by others (``result.starved``, ``infrastructure=True``; see
+        ``docs/outcomes.md``). Output past ``max_output_bytes`` per stream is dropped,
+        the command is killed, and ``result.truncated`` is set. ``cpu_seconds`` is a
+        CPU-time budget for the command's process tree, enforced by the sandbox: past
+        it the command is killed and ``result.cpu_exceeded`` is set. An OOM kill is a
+        result too (``result.oom_killed``). ``exclusive=True`` kills every other
+        process in the sandbox before the command starts, so nothing else can write
+        into its output, signal it or trace it. A sandbox that died raises
+        ``SandboxNotRunningError``; a broken channel ``SandboxTransportError``.
         """
-        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes)
+        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
         return await self._run(req, check, None)
 
     async def run_python(
@@ -184,6 +207,8 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         check: bool = False,
         max_output_bytes: int | None = None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> ExecResult:
         """Run Python source, as ``exec(["python3", "-c", source])`` would, on the fastest path the backend has.
 
@@ -195,10 +220,11 @@ class Sandbox:
         interpreter ran with ``-I`` (no ``PYTHON*`` variables, no user site), and
         ``sys.argv`` is ``["-c"]``. The exit code is 0, the ``SystemExit`` code, or 1
         after an uncaught exception (its traceback on stderr). Timeout, output cap,
-        ``check``, ``exec_stats`` and metrics behave exactly as for ``exec``; the
-        result's ``command`` is ``("python3", "-c", source)``.
+        ``check``, ``cpu_seconds``, ``exclusive``, ``exec_stats`` and metrics behave
+        exactly as for ``exec``; the result's ``command`` is ``("python3", "-c", source)``.
         """
-        req = self._request(["python3", "-c", source], timeout_seconds, cwd, env, stdin, max_output_bytes)
+        argv = ["python3", "-c", source]
+        req = self._request(argv, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
         return await self._run(req, check, None, python=True)
 
     def process(
@@ -210,36 +236,32 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int | None = None,
+        cpu_seconds: float | None = None,
+        exclusive: bool = False,
     ) -> Process:
         """Start a command whose output is streamed: ``async with sb.process(cmd) as p: async for c in p.stdout``.
 
-        Leaving the block before the command ends kills it.
+        Leaving the block before the command ends kills it. Options as for ``exec``.
         """
-        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes)
+        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
         return Process(self, req)
 
     async def _run(
-        self,
-        req: ExecRequest,
-        check: bool,
-        on_output: Callable[[StreamName, bytes], object] | None,
-        *,
-        python: bool = False,
+        self, req: ExecRequest, check: bool, on_output: OutputCallback | None, *, python: bool = False
     ) -> ExecResult:
         self._exec_count += 1
         sid = self._id
-        start = _monotonic()
+        backend = self._backend
+        start = time.monotonic()
         try:
-            try:
-                if python:
-                    call = self._backend.run_python(sid, req.argv[2], req, on_output)  # type: ignore[arg-type]
-                else:
-                    call = self._backend.exec(sid, req, on_output)  # type: ignore[arg-type]
-            except SandboxError:
-                raise
-            except Exception as exc:  # a backend method that failed before returning its awaitable
-                raise backend_error("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, exc, sid) from exc
-            ex = await bounded("exec", req.timeout_seconds + EXEC_GRACE_SECONDS, call, sandbox_id=sid)
+            ex = await call_backend(
+                "exec",
+                req.timeout_seconds + self._timeouts.exec_grace_seconds,
+                (lambda: backend.run_python(sid, req.argv[2], req, on_output))
+                if python
+                else (lambda: backend.exec(sid, req, on_output)),
+                sandbox_id=sid,
+            )
         except SandboxError as exc:
             self._record_failure(exc, time.monotonic() - start)
             raise
@@ -247,17 +269,22 @@ class Sandbox:
             self._failures += 1
             self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, time.monotonic() - start, 0.0)
             raise
-        result = ExecResult.from_exit(req.argv, ex, sid)
+        result = exec_result(req, ex, sid, self._defaults)
         if ex.timed_out:
             self._failures += 1
-            self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, ex.wall_seconds, ex.cpu_seconds, timed_out=True)
-            log.info("exec timed out", sandbox_id=self._id, timeout=req.timeout_seconds)
-            raise SandboxTimeoutError(
-                f"command timed out after {req.timeout_seconds:g} seconds",
-                sandbox_id=self._id,
-                result=result,
-                infrastructure=False,
+            starved = result.starved
+            self._metrics.exec_finished(
+                sid,
+                ExecOutcome.FAILURE,
+                ex.wall_seconds,
+                ex.cpu_seconds,
+                timed_out=True,
+                infrastructure=starved,
+                starved=starved,
+                oom_killed=ex.oom_killed,
             )
+            log.info("exec timed out", sandbox_id=sid, timeout=req.timeout_seconds, starved=starved)
+            raise timeout_error(req, result)
         if ex.returncode == 0:
             self._ok += 1
             outcome = ExecOutcome.COMPLETED_OK
@@ -267,7 +294,7 @@ class Sandbox:
         else:
             self._nonzero += 1
             outcome = ExecOutcome.COMPLETED_NONZERO
-        self._metrics.exec_finished(self._id, outcome, ex.wall_seconds, ex.cpu_seconds)
+        self._metrics.exec_finished(self._id, outcome, ex.wall_seconds, ex.cpu_seconds, oom_killed=ex.oom_killed)
         if check and ex.returncode != 0:
             raise SandboxExecutionError(
                 f"command exited with {ex.returncode}: {req.argv[:3]!r}", sandbox_id=self._id, exec_result=result
@@ -279,6 +306,7 @@ class Sandbox:
         self._metrics.exec_finished(self._id, ExecOutcome.FAILURE, elapsed, 0.0, infrastructure=exc.infrastructure)
         if isinstance(exc, SandboxNotRunningError) and not self._status.is_terminal:
             self._status = SandboxStatus.FAILED
+            self._death_is_infra = exc.infrastructure
         log.info("exec failed", sandbox_id=self._id, error=repr(exc))
 
     # -- files -----------------------------------------------------------------
@@ -287,44 +315,42 @@ class Sandbox:
     ) -> bytes:
         """Return a file's bytes. ``SandboxFileError`` if it is missing, a directory or too large."""
         p = validate_path(path)
-        timeout = validate_timeout(timeout_seconds or self._defaults.operation_timeout_seconds)
-        assert timeout is not None
+        timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
-        return await call_backend(
-            "read_file", timeout, lambda: self._backend.read_file(self._id, p, max_bytes), sandbox_id=self._id
-        )
+        backend, sid = self._backend, self._id
+        return await call_backend("read_file", timeout, lambda: backend.read_file(sid, p, max_bytes), sandbox_id=sid)
 
     async def write_file(self, path: str, data: bytes | str, *, timeout_seconds: float | None = None) -> None:
         """Create or replace a file (parents are created). A str is written as UTF-8."""
         p = validate_path(path)
         payload = validate_file_data(data, p)
-        timeout = validate_timeout(timeout_seconds or self._defaults.operation_timeout_seconds)
-        assert timeout is not None
+        timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
-        await call_backend(
-            "write_file", timeout, lambda: self._backend.write_file(self._id, p, payload), sandbox_id=self._id
-        )
+        backend, sid = self._backend, self._id
+        await call_backend("write_file", timeout, lambda: backend.write_file(sid, p, payload), sandbox_id=sid)
 
     # -- lifecycle -------------------------------------------------------------
     async def stop(self) -> None:
-        """Stop the sandbox and release it. Idempotent; safe under cancellation (runs shielded, bounded)."""
-        with cancel_scope(shield=True):
+        """Stop the sandbox and release it. Idempotent.
+
+        Runs shielded from the caller's cancellation, within ``timeouts.stop_seconds``
+        and the session's close budget. A destroy that fails or runs out of time is
+        logged and raised (``SandboxError``); the sandbox counts as stopped either way
+        (a sweep finds what a failed destroy left).
+        """
+        backend, sid = self._backend, self._id
+        with self._budget.shielded():
             async with self._stop_lock:
                 if self._status is SandboxStatus.COMPLETED:
                     return
                 self._status = SandboxStatus.TERMINATING
                 try:
-                    await call_backend(
-                        "destroy", STOP_TIMEOUT_SECONDS, lambda: self._backend.destroy(self._id), sandbox_id=self._id
-                    )
-                except SandboxError as exc:
-                    log.warning("sandbox destroy failed", sandbox_id=self._id, error=repr(exc))
-                    raise
+                    await destroy(backend, sid, seconds=self._timeouts.stop_seconds, budget=self._budget)
                 finally:
                     self._status = SandboxStatus.COMPLETED
                     lifetime = time.monotonic() - self._started
-                    self._metrics.sandbox_destroyed(self._id, lifetime)
-                    log.debug("sandbox destroyed", sandbox_id=self._id, lifetime_seconds=round(lifetime, 3))
+                    self._metrics.sandbox_destroyed(sid, lifetime)
+                    log.debug("sandbox destroyed", sandbox_id=sid, lifetime_seconds=round(lifetime, 3))
                     if self._on_stopped is not None:
                         self._on_stopped(self)
 
@@ -342,3 +368,26 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"<Sandbox {self._id} {self._status.value} backend={self._backend.name}>"
+
+
+class SandboxOpener:
+    """``await session.sandbox()`` gives a Sandbox; ``async with session.sandbox()`` stops it on exit."""
+
+    __slots__ = ("_create", "_sandbox")
+
+    def __init__(self, create: Callable[[], Awaitable[Sandbox]]) -> None:
+        self._create = create
+        self._sandbox: Sandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return self._create().__await__()
+
+    async def __aenter__(self) -> Sandbox:
+        self._sandbox = await self._create()
+        return self._sandbox
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._sandbox is not None
+        await self._sandbox.__aexit__(exc_type, exc, tb)

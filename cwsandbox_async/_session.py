@@ -6,23 +6,23 @@ import builtins
 import contextlib
 import contextvars
 import enum
-import os
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 
-from ._deadline import call_backend
+from ._budget import CloseBudget
+from ._calls import call_backend, destroy
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
-from ._sandbox import STOP_TIMEOUT_SECONDS, Sandbox
-from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
+from ._sandbox import Sandbox, SandboxOpener
+from ._settings import Timeouts
+from ._signals import die_of_pending_signal, on_sigterm
+from ._types import SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
 from .metrics._aggregator import MetricsAggregator
@@ -35,10 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Session", "SessionState"]
 
-#: Sandboxes stopped at once when a session closes.
-CLOSE_CONCURRENCY = 64
-#: Upper bound on how long closing a session may take.
-CLOSE_TIMEOUT_SECONDS = 60.0
+#: What ``Session.add_closer`` takes: an async callable run at close, before sandboxes are stopped.
+Closer = Callable[[], Awaitable[None]]
 
 
 class SessionState(enum.Enum):
@@ -52,10 +50,19 @@ class Session:
     """Owns a backend, the sandboxes created through it, their pools and metrics.
 
     ``async with Session(defaults, backend="local") as session:``. Leaving the block
-    (return, exception, cancellation, SIGINT, SIGTERM) stops every sandbox the
-    session created, concurrently, shielded from cancellation, within
-    ``CLOSE_TIMEOUT_SECONDS``. ``backend`` is a name (``"local"``, ``"kubernetes"``,
-    ``"fake"``) or a ``Backend`` instance; ``backend_options`` go to its constructor.
+    (return, exception, cancellation, SIGINT, SIGTERM) closes its pools and stops
+    every sandbox the session created, concurrently, shielded from cancellation,
+    within ``timeouts.close_seconds`` in all: nothing below opens a budget of its
+    own (``_budget.CloseBudget``). A stop that fails or runs out of time is logged,
+    never raised from the close. ``backend`` is a name (``"local"``,
+    ``"kubernetes"``, ``"fake"``) or a ``Backend`` instance; ``backend_options`` go
+    to its constructor; ``timeouts`` are the client-side timeouts and budgets
+    (``Timeouts``). With ``handle_signals`` (the default), SIGTERM cancels the
+    ``async with`` body, the session closes, and the process then dies of SIGTERM
+    (``_signals``); a session opened with ``open()`` instead handles no signal.
+    ``report_to``/``run`` choose where ``log_metrics`` sends the metrics;
+    ``metrics_namespace="x"`` names them ``cwsandbox/x/*`` (the step stays
+    ``cwsandbox/step``), so several sessions can share one W&B run.
     """
 
     def __init__(
@@ -67,6 +74,8 @@ class Session:
         report_to: str | Sequence[str | Reporter] | None = None,
         run: Any = None,
         handle_signals: bool = True,
+        timeouts: Timeouts | None = None,
+        metrics_namespace: str | None = None,
     ) -> None:
         if defaults is None:
             defaults = SandboxDefaults()
@@ -74,7 +83,13 @@ class Session:
             defaults = SandboxDefaults().with_overrides(**defaults)
         elif not isinstance(defaults, SandboxDefaults):
             raise SandboxValidationError("defaults must be a SandboxDefaults or a mapping")
+        if timeouts is not None and not isinstance(timeouts, Timeouts):
+            raise SandboxValidationError("timeouts must be a Timeouts")
         self.defaults: SandboxDefaults = defaults
+        #: The client-side timeouts and budgets (``Timeouts``).
+        self.timeouts: Timeouts = timeouts or Timeouts()
+        #: The one budget of this session's close: pools and sandboxes run their cleanup under it.
+        self.close_budget = CloseBudget()
         self.session_id = uuid.uuid4().hex[:12]
         self._backend_spec = backend
         self._backend_options = dict(backend_options or {})
@@ -82,20 +97,21 @@ class Session:
         self._state = SessionState.NEW
         self._sandboxes: dict[str, Sandbox] = {}
         self._creating: set[str] = set()
-        self._closers: list[Any] = []  # pools and other things closed before sandboxes
+        self._closers: list[Closer] = []  # pools and other things closed before sandboxes
         self._handle_signals = handle_signals
-        self._signal_received: int | None = None
+        self._body: anyio.CancelScope | None = None
+        self._lifetime_cm: contextlib.AbstractAsyncContextManager[Session] | None = None
         self._ctx_token: Mapping[str, contextvars.Token[Any]] | None = None
         self.metrics = MetricsAggregator()
         self._report_to = report_to
         self._run = run
-        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run)
+        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run, metrics_namespace)
 
     # -- lifecycle -------------------------------------------------------------
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            raise SandboxError("session is not open; use 'async with Session(...)'")
+            raise SandboxError("session is not open; use 'async with Session(...)'", infrastructure=False)
         return self._backend
 
     @property
@@ -108,51 +124,72 @@ class Session:
         return list(self._sandboxes.values())
 
     async def open(self) -> Session:
+        """Open the backend. Prefer ``async with``, which also closes and handles SIGTERM."""
         if self._state is not SessionState.NEW:
-            raise SandboxError(f"session is {self._state.value}; a session can be opened once")
+            raise SandboxError(f"session is {self._state.value}; a session can be opened once", infrastructure=False)
         self._backend = load_backend(self._backend_spec, **self._backend_options)
         self._state = SessionState.OPEN
         self._ctx_token = structlog.contextvars.bind_contextvars(session_id=self.session_id)
-        if self._handle_signals:
-            self._install_sigterm()
         log.debug("session opened", backend=self._backend.name, isolation=self._backend.isolation)
         return self
 
+    @contextlib.asynccontextmanager
+    async def _lifetime(self) -> AsyncIterator[Session]:
+        """The ``async with`` block: open, run the body in a scope SIGTERM cancels, always close."""
+        await self.open()
+        try:
+            with contextlib.ExitStack() as stack:
+                if self._handle_signals:
+                    stack.enter_context(on_sigterm(self._on_sigterm))
+                try:
+                    with anyio.CancelScope() as self._body:
+                        yield self
+                finally:
+                    self._body = None
+                    await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
+        finally:
+            die_of_pending_signal()
+
+    def _on_sigterm(self) -> None:
+        if self._body is not None:
+            self._body.cancel()
+
     async def __aenter__(self) -> Session:
-        return await self.open()
+        if self._lifetime_cm is not None:
+            raise SandboxError("a session can be entered once", infrastructure=False)
+        self._lifetime_cm = self._lifetime()
+        return await self._lifetime_cm.__aenter__()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-        if self._signal_received is not None:
-            sig, self._signal_received = self._signal_received, None
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)  # die of the signal, as the default handler would have
+    ) -> bool | None:
+        assert self._lifetime_cm is not None
+        return await self._lifetime_cm.__aexit__(exc_type, exc, tb)
 
     async def aclose(self) -> None:
-        """Close pools, stop every sandbox, close the backend. Idempotent; never raises for a failed stop."""
+        """Close pools, stop every sandbox, close the backend, within ``timeouts.close_seconds``.
+
+        Idempotent. Shielded from the caller's cancellation and never raises for a
+        failed or abandoned stop (each is logged); the reporters get the last flush.
+        """
         if self._state in (SessionState.CLOSING, SessionState.CLOSED):
             return
         if self._state is SessionState.NEW:
             self._state = SessionState.CLOSED
             return
         self._state = SessionState.CLOSING
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
+        with self.close_budget.closing(self.timeouts.close_seconds) as scope:
             for closer in reversed(self._closers):
-                try:
-                    await closer()
-                except Exception as exc:
-                    log.warning("closing a pool failed", error=repr(exc))
+                await _quietly("closing a pool", closer)
             await self._stop_all()
-            try:
-                await self.backend.aclose()
-            except Exception as exc:
-                log.warning("backend close failed", error=repr(exc))
+            await _quietly("closing the backend", self.backend.aclose)
         if scope.cancelled_caught:
-            log.warning("session close hit its deadline", remaining=len(self._sandboxes))
+            log.warning(
+                "session close hit its deadline",
+                close_seconds=self.timeouts.close_seconds,
+                remaining=len(self._sandboxes) + len(self._creating),
+            )
         self._reporting.close()  # after the stops, so their counts are in it; never raises
-        self._remove_sigterm()
         self._state = SessionState.CLOSED
         if self._ctx_token is not None:
             # Closed from another task than the one that opened it: the tokens belong to that
@@ -163,16 +200,15 @@ class Session:
         log.debug("session closed")
 
     async def _stop_all(self) -> None:
-        limiter = anyio.CapacityLimiter(CLOSE_CONCURRENCY)
+        limiter = anyio.CapacityLimiter(self.timeouts.close_concurrency)
 
         async def stop_one(sb: Sandbox) -> None:
             async with limiter:
-                with contextlib.suppress(SandboxError):  # stop() logged it
-                    await sb.stop()
+                await _quietly("stopping a sandbox", sb.stop, logged=True)
 
         async def destroy_id(sandbox_id: str) -> None:
             async with limiter:
-                await self._destroy_quietly(sandbox_id)
+                await _quietly("destroying a sandbox", lambda: self._destroy_quietly(sandbox_id), logged=True)
 
         async with anyio.create_task_group() as tg:
             for sb in list(self._sandboxes.values()):
@@ -182,50 +218,25 @@ class Session:
 
     def _check_open(self) -> None:
         if self._state is not SessionState.OPEN:
-            raise SandboxError(f"session is {self._state.value}; it must be open (use 'async with')")
+            raise SandboxError(
+                f"session is {self._state.value}; it must be open (use 'async with')", infrastructure=False
+            )
 
-    def add_closer(self, closer: Any) -> None:
-        """Register an async callable run at close, before sandboxes are stopped (pools use this)."""
+    def add_closer(self, closer: Closer) -> None:
+        """Register an async callable run at close, before sandboxes are stopped (pools use this).
+
+        It runs under the session's close budget (``close_budget``): its own shielded
+        steps must go through ``close_budget.shielded``. A ``SandboxError`` it raises
+        is logged; anything else is a bug and propagates.
+        """
         self._closers.append(closer)
 
-    def remove_closer(self, closer: Any) -> None:
+    def remove_closer(self, closer: Closer) -> None:
         if closer in self._closers:
             self._closers.remove(closer)
 
-    # -- signals ---------------------------------------------------------------
-    def _install_sigterm(self) -> None:
-        """Turn SIGTERM into cancellation of the task that opened the session (main thread, asyncio only)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-            task = asyncio.current_task()
-        except RuntimeError:
-            return
-        if task is None or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def on_sigterm() -> None:
-            log.warning("SIGTERM received; stopping sandboxes", session_id=self.session_id)
-            self._signal_received = signal.SIGTERM
-            task.cancel()
-
-        try:
-            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-            self._sigterm_loop: Any = loop
-        except (NotImplementedError, RuntimeError, ValueError):
-            self._sigterm_loop = None
-
-    def _remove_sigterm(self) -> None:
-        loop = getattr(self, "_sigterm_loop", None)
-        if loop is not None:
-            loop.remove_signal_handler(signal.SIGTERM)
-            self._sigterm_loop = None
-
     # -- sandboxes -------------------------------------------------------------
-    def sandbox(self, **overrides: Any) -> _SandboxOpener:
+    def sandbox(self, **overrides: Any) -> SandboxOpener:
         """Create a sandbox: ``sb = await session.sandbox()`` or ``async with session.sandbox() as sb``.
 
         ``overrides`` are ``SandboxDefaults`` fields for this sandbox (tags and env merge).
@@ -233,7 +244,7 @@ class Session:
         is not ready within ``create_timeout_seconds``.
         """
         defaults = self.defaults.with_overrides(**overrides) if overrides else self.defaults
-        return _SandboxOpener(self, defaults)
+        return SandboxOpener(lambda: self.create_sandbox(defaults))
 
     async def create_sandbox(self, defaults: SandboxDefaults | None = None) -> Sandbox:
         """Create one sandbox with ``defaults`` (the session's if None) and wait until it is ready."""
@@ -250,8 +261,7 @@ class Session:
             )
         except BaseException as exc:
             self._creating.discard(sandbox_id)
-            with anyio.CancelScope(shield=True):
-                await self._destroy_quietly(sandbox_id)
+            await self._destroy_quietly(sandbox_id)  # shielded: a cancelled create leaves nothing behind
             if isinstance(exc, Exception):
                 self.metrics.sandbox_create_failed(exc)
                 log.info("sandbox create failed", sandbox_id=sandbox_id, error=repr(exc))
@@ -263,6 +273,8 @@ class Session:
             backend=backend,
             defaults=defaults,
             metrics=self.metrics,
+            timeouts=self.timeouts,
+            budget=self.close_budget,
             on_stopped=self._forget,
             startup_seconds=startup,
         )
@@ -271,28 +283,38 @@ class Session:
         log.debug("sandbox created", sandbox_id=sandbox_id, startup_seconds=round(startup, 4))
         if self._state is not SessionState.OPEN:  # closed while we were creating
             await sb.stop()
-            raise SandboxError("session closed while the sandbox was being created", sandbox_id=sandbox_id)
+            raise SandboxError(  # the caller closed it: not the platform's failure
+                "session closed while the sandbox was being created", sandbox_id=sandbox_id, infrastructure=False
+            )
         return sb
 
     async def _destroy_quietly(self, sandbox_id: str) -> None:
-        try:
-            await call_backend(
-                "destroy", STOP_TIMEOUT_SECONDS, lambda: self.backend.destroy(sandbox_id), sandbox_id=sandbox_id
-            )
-        except SandboxError as exc:
-            log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))
+        """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log failures."""
+        with contextlib.suppress(SandboxError):  # destroy() logged it
+            await destroy(self.backend, sandbox_id, seconds=self.timeouts.stop_seconds, budget=self.close_budget)
 
     def _forget(self, sb: Sandbox) -> None:
         self._sandboxes.pop(sb.sandbox_id, None)
 
     # -- list and sweep --------------------------------------------------------
-    async def list(self, tags: Sequence[str] | None = None) -> builtins.list[SandboxInfo]:
+    async def list(
+        self,
+        tags: Sequence[str] | None = None,
+        *,
+        status: SandboxStatus | str | Sequence[SandboxStatus | str] | None = None,
+    ) -> builtins.list[SandboxInfo]:
         """Sandboxes on this backend carrying all of ``tags`` (default: the session's tags),
-        including leftovers of other, possibly crashed, processes."""
+        including leftovers of other, possibly crashed, processes.
+
+        ``status`` keeps only sandboxes in that status (or any of several), as the
+        CoreWeave SDK's ``list(status=...)``; an unknown status raises ``SandboxValidationError``.
+        """
         self._check_open()
         wanted = validate_tags(self.defaults.tags if tags is None else tags)
+        keep = _statuses(status)
         backend = self.backend
-        return await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
+        found = await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
+        return found if keep is None else [info for info in found if info.status in keep]
 
     async def sweep(
         self, tags: Sequence[str] | None = None, *, older_than_seconds: float | None = None, include_own: bool = False
@@ -335,9 +357,11 @@ class Session:
         ``step=None`` means the last step + 1 (0 first). ``reset=False`` keeps
         accumulating after the flush. Returns True if every available reporter
         took the snapshot; False, keeping the data for the next flush, if there
-        is no reporter (no W&B run yet), nothing happened since the last flush,
-        or a reporter failed (logged as a warning). W&B gets ``cwsandbox/step``,
-        never ``step=``. Closing the session flushes what is left as step last + 1.
+        is no reporter (no W&B run yet: warned once), nothing happened since the
+        last flush, or a reporter failed (logged as a warning). W&B gets
+        ``cwsandbox/step``, never ``step=``. Closing the session flushes what is
+        left as step last + 1, or, when it only stopped sandboxes, as step last's
+        ``cwsandbox/teardown/*`` (no trailing row of zeros).
         Thread-safe (may be called off the event loop). Raises
         ``SandboxValidationError`` for a step that is not a non-negative int.
         """
@@ -347,26 +371,46 @@ class Session:
         """The metrics since the last flush, frozen (``.as_dict()`` gives the ``cwsandbox/*`` mapping)."""
         return self.metrics.snapshot()
 
+    def get_metrics(self) -> dict[str, Any]:
+        """The CoreWeave SDK's name: the metrics since the last flush as the ``cwsandbox/*`` mapping
+        (``snapshot().as_dict()``); flushes and resets nothing."""
+        return dict(self.snapshot().as_dict())
 
-class _SandboxOpener:
-    """``await session.sandbox()`` gives a Sandbox; ``async with session.sandbox()`` stops it on exit."""
 
-    __slots__ = ("_defaults", "_sandbox", "_session")
+#: The CoreWeave SDK's statuses that this library folds into one of its own.
+_SDK_STATUSES = {
+    "pending": SandboxStatus.CREATING,
+    "preparing": SandboxStatus.CREATING,
+    "paused": SandboxStatus.RUNNING,
+    "terminated": SandboxStatus.COMPLETED,
+}
 
-    def __init__(self, session: Session, defaults: SandboxDefaults) -> None:
-        self._session = session
-        self._defaults = defaults
-        self._sandbox: Sandbox | None = None
 
-    def __await__(self) -> Generator[Any, None, Sandbox]:
-        return self._session.create_sandbox(self._defaults).__await__()
+def _statuses(status: object) -> frozenset[SandboxStatus] | None:
+    """``status`` of ``Session.list`` as a set (None: no filter); ``SandboxValidationError`` for an unknown one."""
+    if status is None:
+        return None
+    items = [status] if isinstance(status, str) else status
+    if not isinstance(items, Sequence | frozenset | set):
+        raise SandboxValidationError(f"status must be a SandboxStatus, its name, or a list of them, got {status!r}")
+    out = set()
+    for item in items:
+        name = str(item).lower()
+        try:
+            out.add(_SDK_STATUSES.get(name) or SandboxStatus(name))
+        except ValueError:
+            known = ", ".join(s.value for s in SandboxStatus)
+            raise SandboxValidationError(f"unknown status {item!r}; one of {known}") from None
+    return frozenset(out)
 
-    async def __aenter__(self) -> Sandbox:
-        self._sandbox = await self._session.create_sandbox(self._defaults)
-        return self._sandbox
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._sandbox is not None
-        await self._sandbox.__aexit__(exc_type, exc, tb)
+async def _quietly(what: str, step: Callable[[], Awaitable[None]], *, logged: bool = False) -> None:
+    """One step of a close: a ``SandboxError`` is logged as a warning (unless ``logged`` already), any
+    other exception (a bug) at ERROR, and the close goes on either way: it must release everything."""
+    try:
+        await step()
+    except SandboxError as exc:
+        if not logged:
+            log.warning(f"{what} failed", error=repr(exc))
+    except Exception as exc:  # a bug below: seen in the log at ERROR, and the close still completes
+        log.error(f"{what} failed with a bug", error=repr(exc))

@@ -73,9 +73,12 @@ class Resources:
 class SandboxDefaults:
     """Defaults for every sandbox a Session creates; override per sandbox.
 
-    ``image`` is used by backends that run container images (Kubernetes). The local
-    backend has no images: it runs the host's root file system read-only, and rejects
-    nothing, but logs that the image is ignored when one is given.
+    ``image`` is used by backends that run container images (Kubernetes, CoreWeave).
+    The local backend has no images: it runs the host's root file system read-only,
+    and rejects nothing, but logs that the image is ignored when one is given.
+    ``container_image=`` (the CoreWeave SDK's name) is accepted for ``image``, here and
+    in ``with_overrides``; giving both with different values raises
+    ``SandboxValidationError``.
     """
 
     image: str | None = None
@@ -89,11 +92,22 @@ class SandboxDefaults:
     network: bool = False
     create_timeout_seconds: float = 120.0
     operation_timeout_seconds: float = 30.0
+    #: The CoreWeave SDK's name for ``image`` (an init-only alias: read ``image``).
+    container_image: dataclasses.InitVar[str | None] = None
+    #: Starvation thresholds (docs/outcomes.md): a timed-out exec is "starved" -- the platform's
+    #: fault, raised as an infrastructure ``SandboxTimeoutError`` -- only if the command and
+    #: everything else in its sandbox used less than ``starved_cpu_share`` of the CPU it was
+    #: entitled to (``min(1, resources.cpu)`` cores) **and** its processes waited in the run queue
+    #: for at least ``starved_wait_share`` of its wall time. ``starved_cpu_share=0`` turns it off.
+    starved_cpu_share: float = 0.5
+    starved_wait_share: float = 0.25
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, container_image: str | None) -> None:
         from ._validate import validate_overrides
 
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if container_image is not None:
+            values["container_image"] = container_image
         for name, value in validate_overrides(self, values).items():
             object.__setattr__(self, name, value)
 
@@ -174,6 +188,9 @@ class ExecExit:
     - ``cpu_wait_seconds``: time the command's processes were runnable but waiting
       for a CPU (run-queue delay); ``None`` when the backend cannot measure it.
       The Sandbox layer uses it to tell a starved timeout from the program's own.
+    - ``sandbox_cpu_seconds``: CPU time of everything in the sandbox during the
+      command (its cgroup's usage), so CPU burnt by processes outside the
+      command's tree (daemons it left, other execs) counts; ``None`` when unknown.
     """
 
     returncode: int
@@ -186,6 +203,7 @@ class ExecExit:
     oom_killed: bool = False
     cpu_exceeded: bool = False
     cpu_wait_seconds: float | None = None
+    sandbox_cpu_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +229,7 @@ class ExecResult:
     #: The wall timeout fired while the command was starved of CPU by others: the
     #: platform's fault, not the program's (see ``SandboxTimeoutError.infrastructure``).
     starved: bool = False
+    sandbox_cpu_seconds: float | None = None
 
     @property
     def stdout(self) -> str:
@@ -230,7 +249,9 @@ class ExecResult:
         return -self.returncode if self.returncode < 0 else None
 
     @classmethod
-    def from_exit(cls, command: tuple[str, ...], ex: ExecExit, sandbox_id: str | None) -> ExecResult:
+    def from_exit(
+        cls, command: tuple[str, ...], ex: ExecExit, sandbox_id: str | None, *, starved: bool = False
+    ) -> ExecResult:
         return cls(
             command=command,
             returncode=ex.returncode,
@@ -244,4 +265,6 @@ class ExecResult:
             oom_killed=ex.oom_killed,
             cpu_exceeded=ex.cpu_exceeded,
             cpu_wait_seconds=ex.cpu_wait_seconds,
+            starved=starved,
+            sandbox_cpu_seconds=ex.sandbox_cpu_seconds,
         )

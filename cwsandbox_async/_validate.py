@@ -7,7 +7,7 @@ import math
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ._errors import SandboxValidationError
 from ._types import ExecRequest, Resources
@@ -18,12 +18,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ARGV_BYTES",
     "MAX_FILE_BYTES",
-    "exec_request",
     "validate_env",
     "validate_exec",
     "validate_overrides",
     "validate_path",
     "validate_tags",
+    "validate_count",
     "validate_timeout",
 ]
 
@@ -42,17 +42,52 @@ def _no_nul(value: str, what: str) -> None:
         raise SandboxValidationError(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
 
 
-def validate_timeout(value: object, what: str = "timeout_seconds", *, allow_none: bool = False) -> float | None:
-    """A finite, positive number of seconds (or None when allowed)."""
+@overload
+def validate_timeout(value: object, what: str = ..., *, default: float, allow_inf: bool = ...) -> float: ...
+
+
+@overload
+def validate_timeout(
+    value: object, what: str = ..., *, allow_none: bool = ..., allow_inf: bool = ...
+) -> float | None: ...
+
+
+def validate_timeout(
+    value: object,
+    what: str = "timeout_seconds",
+    *,
+    allow_none: bool = False,
+    default: float | None = None,
+    allow_inf: bool = False,
+) -> float | None:
+    """A positive number of seconds, by the library's one rule for timeouts.
+
+    ``None`` means the default: ``default`` if given, else ``None`` when
+    ``allow_none`` (an optional deadline left unset), else it is an error.
+    ``0``, negatives, NaN, bools and non-numbers raise ``SandboxValidationError``;
+    ``math.inf`` ("no limit") only with ``allow_inf``.
+    """
     if value is None:
+        if default is not None:
+            return default
         if allow_none:
             return None
         raise SandboxValidationError(f"{what} is required")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SandboxValidationError(f"{what} must be a number of seconds, got {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise SandboxValidationError(f"{what} must be a positive, finite number of seconds, got {value!r}")
+    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
+        finite = "" if allow_inf else ", finite"
+        raise SandboxValidationError(f"{what} must be a positive{finite} number of seconds, got {value!r}")
     return float(value)
+
+
+def validate_count(value: object, what: str, *, default: int | None = None) -> int:
+    """A positive int (``None`` means ``default``); anything else raises ``SandboxValidationError``."""
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SandboxValidationError(f"{what} must be a positive int, got {value!r}")
+    return value
 
 
 def validate_path(path: object, what: str = "path") -> str:
@@ -135,6 +170,8 @@ def validate_exec(
     env: object,
     stdin: object,
     max_output_bytes: object,
+    cpu_seconds: object = None,
+    exclusive: object = False,
 ) -> ExecRequest:
     """Check every exec argument; return the request a backend receives."""
     argv = _validate_argv(command)
@@ -147,6 +184,8 @@ def validate_exec(
         raise SandboxValidationError(f"stdin is larger than {MAX_FILE_BYTES} bytes")
     if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) or max_output_bytes <= 0:
         raise SandboxValidationError(f"max_output_bytes must be a positive int, got {max_output_bytes!r}")
+    if not isinstance(exclusive, bool):
+        raise SandboxValidationError(f"exclusive must be a bool, got {exclusive!r}")
     return ExecRequest(
         argv=argv,
         cwd=cwd_s,
@@ -154,67 +193,9 @@ def validate_exec(
         stdin=bytes(stdin) if stdin is not None else None,
         timeout_seconds=timeout,
         max_output_bytes=max_output_bytes,
+        cpu_seconds=validate_cpu_seconds(cpu_seconds),
+        exclusive=exclusive,
     )
-
-
-#: Requests ``exec_request`` keeps, keyed by their arguments; the cache is cleared when full.
-_REQUEST_CACHE_SIZE = 512
-#: Longest command (characters in all arguments) whose request is cached.
-_REQUEST_CACHE_CHARS = 4096
-_requests: dict[tuple[object, object, object, object], ExecRequest] = {}
-
-
-def _request_key(command: object) -> object:
-    """The command as a cache key: the str, or a tuple of exact ``str`` s; None when it is not to be cached."""
-    kind = type(command)
-    if kind is str:
-        assert isinstance(command, str)
-        return command if len(command) <= _REQUEST_CACHE_CHARS else None
-    if kind is not list and kind is not tuple:
-        return None
-    assert isinstance(command, (list, tuple))
-    size = 0
-    for arg in command:
-        if type(arg) is not str:
-            return None
-        size += len(arg)
-    return tuple(command) if size <= _REQUEST_CACHE_CHARS else None
-
-
-def exec_request(
-    command: object, timeout_seconds: object, cwd: object, env: object, stdin: object, max_output_bytes: object
-) -> ExecRequest:
-    """``validate_exec`` with a cache for repeated commands (same argv, timeout, cwd and output cap).
-
-    Only requests without ``env`` and ``stdin`` are cached, and only when every
-    argument has an exact built-in type (``str`` arguments, a ``float``/``int``
-    timeout, an ``int`` cap), so a hit is a request ``validate_exec`` built from
-    equal input. Invalid input is never cached: it raises as ``validate_exec`` does.
-    """
-    tt = type(timeout_seconds)
-    key: object = None
-    if (
-        env is None
-        and stdin is None
-        and type(cwd) is str
-        and type(max_output_bytes) is int
-        and (tt is float or tt is int)
-    ):
-        key = _request_key(command)
-    if key is None:
-        return validate_exec(
-            command, timeout_seconds=timeout_seconds, cwd=cwd, env=env, stdin=stdin, max_output_bytes=max_output_bytes
-        )
-    full = (key, timeout_seconds, cwd, max_output_bytes)
-    req = _requests.get(full)
-    if req is None:
-        req = validate_exec(
-            command, timeout_seconds=timeout_seconds, cwd=cwd, env=None, stdin=None, max_output_bytes=max_output_bytes
-        )
-        if len(_requests) >= _REQUEST_CACHE_SIZE:
-            _requests.clear()
-        _requests[full] = req
-    return req
 
 
 def validate_file_data(data: object, path: str) -> bytes:
@@ -247,12 +228,37 @@ def _validate_resources(res: object) -> Resources:
     return res
 
 
+def validate_share(value: object, name: str, *, upper: float) -> float:
+    """A finite number in ``[0, upper]`` (a fraction, or a ratio when ``upper`` is infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
+        bound = "a finite number >= 0" if math.isinf(upper) else f"a number in [0, {upper:g}]"
+        raise SandboxValidationError(f"{name} must be {bound}, got {value!r}")
+    if not math.isfinite(value):
+        raise SandboxValidationError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def validate_cpu_seconds(value: object) -> float | None:
+    """A per-exec CPU-time budget: ``None`` (no budget) or a positive finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SandboxValidationError(f"cpu_seconds must be a positive number of seconds or None, got {value!r}")
+    return float(value)
+
+
 def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Validate ``SandboxDefaults`` fields given as keyword overrides."""
+    """Validate ``SandboxDefaults`` fields given as keyword overrides (``container_image`` becomes ``image``)."""
     names = {f.name for f in dataclasses.fields(base)}
-    unknown = sorted(set(overrides) - names)
+    unknown = sorted(set(overrides) - names - {"container_image"})
     if unknown:
         raise SandboxValidationError(f"unknown sandbox option(s): {', '.join(unknown)}")
+    if "container_image" in overrides:  # the CoreWeave SDK's name for image
+        overrides = dict(overrides)
+        alias = overrides.pop("container_image")
+        if overrides.get("image") not in (None, alias):
+            raise SandboxValidationError("image and container_image (its SDK name) disagree; give one")
+        overrides["image"] = alias
     out = dict(overrides)
     for key, value in overrides.items():
         if key == "tags":
@@ -273,6 +279,8 @@ def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict
         elif key == "network":
             if not isinstance(value, bool):
                 raise SandboxValidationError("network must be a bool")
+        elif key in ("starved_cpu_share", "starved_wait_share"):
+            out[key] = validate_share(value, key, upper=1.0 if key == "starved_cpu_share" else math.inf)
         elif key == "image" and value is not None and (not isinstance(value, str) or not value):
             raise SandboxValidationError("image must be a non-empty str or None")
     return out

@@ -1,4 +1,9 @@
-"""The gatherer: as_completed, gather, gather_groups and wait, on real tasks and on FakeBackend sandboxes."""
+"""The gatherer: as_completed, gather, gather_groups and wait, on real tasks and on FakeBackend sandboxes.
+
+Virtual time (looptime): the loop's clock jumps ahead whenever every task waits on a
+timer, so deadlines and sleeps cost no wall-clock time and bounds are exact on the
+loop's clock (``anyio.current_time()``).
+"""
 
 from __future__ import annotations
 
@@ -8,18 +13,23 @@ import gc
 import itertools
 import subprocess
 import sys
-import time
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import looptime
 import pytest
 
 import cwsandbox_async as cwa
 from cwsandbox_async import OutcomeKind
 from cwsandbox_async.testing import FakeBackend, Faults
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return "asyncio", {"loop_factory": looptime.new_event_loop}
 
 
 class Abort(BaseException):
@@ -171,9 +181,9 @@ async def test_memory_stays_flat_as_the_input_grows() -> None:
 @no_task_leak
 async def test_an_item_past_its_deadline_is_cancelled_and_times_out() -> None:
     log: list[str] = []
-    start = time.monotonic()
+    start = anyio.current_time()
     outcomes = await cwa.gather([sleeper(30, log=log), sleeper(0.0, "ok")], timeout_seconds=0.3)
-    assert time.monotonic() - start < 10
+    assert anyio.current_time() - start < 10
     late, fine = outcomes
     assert late.kind is OutcomeKind.TIMEOUT and not late.ok and late.value is None
     assert isinstance(late.error, cwa.SandboxTimeoutError) and late.error.infrastructure is False
@@ -203,12 +213,12 @@ async def test_one_failure_does_not_cancel_the_others() -> None:
 async def test_breaking_out_early_cancels_and_waits_for_the_rest() -> None:
     log: list[str] = []
     work = [sleeper(0.0, "first")] + [sleeper(30, log=log) for _ in range(5)]
-    start = time.monotonic()
+    start = anyio.current_time()
     async with cwa.as_completed(work, limit=10) as results:
         async for outcome in results:
             assert outcome.value == "first"
             break
-    assert time.monotonic() - start < 10
+    assert anyio.current_time() - start < 10
     assert log == ["cancelled"] * 5  # every running item saw its cancellation before the block returned
     with anyio.move_on_after(0.2):  # the caller's own scopes still work: no stray cancellation
         await anyio.sleep(0.01)
@@ -351,10 +361,10 @@ async def test_an_input_that_raises_is_raised_from_the_iteration() -> None:
     with pytest.raises(LookupError, match="ran dry"):
         await consume()
     assert log == ["cancelled"]
-    start = time.monotonic()
+    start = anyio.current_time()
     with pytest.raises(LookupError, match="ran dry"):
         await cwa.gather(broken())
-    assert log == ["cancelled"] * 2 and time.monotonic() - start < 10
+    assert log == ["cancelled"] * 2 and anyio.current_time() - start < 10
 
 
 @pytest.mark.parametrize(
@@ -502,9 +512,9 @@ async def test_wait_returns_the_first_done_and_leaves_the_rest_running() -> None
 @no_task_leak
 async def test_wait_timeout_returns_what_is_done_without_cancelling() -> None:
     fast, slow = asyncio.create_task(sleeper(0.0, 1)()), asyncio.create_task(sleeper(30)())
-    start = time.monotonic()
+    start = anyio.current_time()
     done, pending = await cwa.wait([slow, fast], timeout=0.3)
-    assert time.monotonic() - start < 10
+    assert anyio.current_time() - start < 10
     assert done == [fast] and pending == [slow] and not slow.cancelled()
     done, pending = await cwa.wait([slow], timeout=0)  # poll
     assert (done, pending) == ([], [slow])
@@ -553,3 +563,17 @@ async def test_wait_on_sandboxes_and_processes() -> None:
             done, pending = await cwa.wait([slow, quick], timeout=10)
             assert set(map(id, done)) == {id(slow), id(quick)} and pending == []
             assert (await slow.wait()).returncode == 0
+
+
+async def test_a_generator_read_to_its_end_is_refused_not_run_as_nothing() -> None:
+    """The README once gave one generator to as_completed and then to gather: the second got []."""
+
+    async def one() -> int:
+        return 1
+
+    work = (one for _ in range(3))
+    assert [o.value for o in await cwa.gather(work)] == [1, 1, 1]
+    with pytest.raises(cwa.SandboxValidationError, match="already read to its end"):
+        await cwa.gather(work)
+    async with cwa.as_completed(iter([])) as results:  # an empty iterator is still fine
+        assert [o async for o in results] == []

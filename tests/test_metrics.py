@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import cwsandbox_async as cwa
 from cwsandbox_async._types import ExecOutcome
 from cwsandbox_async.metrics._aggregator import MetricsAggregator
-from cwsandbox_async.metrics._histogram import DEFAULT_RELATIVE_ERROR, LogHistogram
+from cwsandbox_async.metrics._histogram import DEFAULT_RELATIVE_ERROR, MAX_BINS, QuantileSketch
 from cwsandbox_async.metrics._snapshot import MetricsSnapshot
 from cwsandbox_async.reporters import LogReporter
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
@@ -45,8 +45,8 @@ REL_ERR = DEFAULT_RELATIVE_ERROR + 1e-9
 
 
 def exact_quantile(values: list[float], q: float) -> float:
-    """The definition the histogram approximates: nearest rank, ceil(q * n) - 1."""
-    return sorted(values)[max(0, math.ceil(q * len(values)) - 1)]
+    """The definition the sketch approximates (DDSketch's): the value of rank floor(q * (n - 1))."""
+    return sorted(values)[math.floor(q * (len(values) - 1))]
 
 
 def assert_quantiles(metrics: dict[str, Any], name: str, values: list[float]) -> None:
@@ -64,6 +64,8 @@ class Expected:
     startup: list[float] = field(default_factory=list)
     exec_wall: list[float] = field(default_factory=list)
     absent: dict[int, list[str]] = field(default_factory=dict)
+    #: The close flush: only teardown happened after step 4, so it goes out at step 4 as cwsandbox/teardown/*.
+    teardown: dict[str, float] = field(default_factory=dict)
 
 
 def make_backend() -> FakeBackend:
@@ -71,7 +73,7 @@ def make_backend() -> FakeBackend:
 
 
 async def workload(session: cwa.Session, backend: FakeBackend, flushed: list[bool]) -> Expected:
-    """Steps 0..4 through ``log_metrics`` (step 3 with reset=False); the close adds step 5."""
+    """Steps 0..4 through ``log_metrics`` (step 3 with reset=False); the close adds step 4's teardown."""
     exp = Expected()
     sbs = [await session.sandbox() for _ in range(3)]
     exp.startup = [sb.startup_seconds for sb in sbs]
@@ -161,10 +163,18 @@ async def workload(session: cwa.Session, backend: FakeBackend, flushed: list[boo
         "cwsandbox/exec_completed_nonzero": 1,
         "cwsandbox/avg_execs_per_sandbox": 1.0,
     }
-    # the close flush (step 5): the two stops, no execs
-    exp.steps[5] = {"cwsandbox/sandboxes_destroyed": 2, "cwsandbox/executions": 0, "cwsandbox/sandboxes_live": 0}
-    exp.absent[5] = ["cwsandbox/exec_completion_rate", "cwsandbox/avg_execs_per_sandbox"]
+    # the close flush: the two stops and nothing else, so no step 5 row of zeros but step 4's teardown
+    exp.teardown = {"cwsandbox/teardown/sandboxes_destroyed": 2, "cwsandbox/teardown/sandboxes_live": 0}
     return exp
+
+
+def check_teardown(row: dict[str, Any], exp: Expected) -> None:
+    """Only teardown names, under cwsandbox/teardown/: nothing that would chart a zero for step 4."""
+    for name, want in exp.teardown.items():
+        assert row[name] == want, (name, row[name], want)
+    names = {k for k in row if k.startswith("cwsandbox/") and k != "cwsandbox/step"}
+    assert names and all(k.startswith("cwsandbox/teardown/") for k in names), sorted(names)
+    assert "cwsandbox/teardown/sandbox_seconds" in names and "cwsandbox/teardown/executions" not in names
 
 
 def check_step(step: int, row: dict[str, Any], exp: Expected) -> None:
@@ -208,9 +218,10 @@ async def test_workload_through_a_reporter() -> None:
     async with cwa.Session(backend=backend, report_to=[rec]) as s:
         exp = await workload(s, backend, flushed)
     assert flushed == [True] * 5
-    assert [step for step, _ in rec.rows] == [0, 1, 2, 3, 4, 5]
-    for step, snap in rec.rows:
+    assert [(step, snap.teardown) for step, snap in rec.rows] == [(n, False) for n in range(5)] + [(4, True)]
+    for step, snap in rec.rows[:-1]:
         check_step(step, snap.as_dict(), exp)
+    check_teardown(rec.rows[-1][1].as_dict(), exp)
     assert sum(snap.executions for step, snap in rec.rows if step != 3) == 107  # 3 was not reset
     assert sum(snap.sandboxes_destroyed for _, snap in rec.rows) == 3 == backend.destroyed
     assert s.snapshot().has_activity is False  # everything went out in the close flush
@@ -223,7 +234,7 @@ async def test_workload_through_a_reporter() -> None:
     st.sampled_from([0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0]),
 )
 def test_histogram_quantiles_within_stated_error(values: list[float], q: float) -> None:
-    h = LogHistogram()
+    h = QuantileSketch()
     for v in values:
         h.add(v)
     want = exact_quantile(values, q)
@@ -233,33 +244,35 @@ def test_histogram_quantiles_within_stated_error(values: list[float], q: float) 
 
 
 def test_histogram_memory_is_bounded_and_edges() -> None:
-    h = LogHistogram()
+    h = QuantileSketch()
     rng = random.Random(3)
-    for _ in range(50_000):
-        h.add(10 ** rng.uniform(-12, 9))
-    assert len(h._buckets) <= h.max_buckets <= 1800
-    assert math.isnan(LogHistogram().quantile(0.5))
-    z = LogHistogram()
+    wide = [10 ** rng.uniform(-12, 9) for _ in range(50_000)]  # wider than MAX_BINS covers at 1%
+    for v in wide:
+        h.add(v)
+    assert len(h._sketch._store.bins) <= MAX_BINS  # the library's store, read to check its bound
+    for q in (0.5, 0.95, 0.99):  # only the lowest bins collapse: the quantiles reported stay accurate
+        assert abs(h.quantile(q) - exact_quantile(wide, q)) <= REL_ERR * exact_quantile(wide, q)
+    assert math.isnan(QuantileSketch().quantile(0.5))
+    z = QuantileSketch()
     for v in (0.0, 0.0, 0.0, float("nan"), 2.0):
         z.add(v)
     assert z.count == 4 and z.quantile(0.5) == 0.0 and z.quantile(1.0) == 2.0
     with pytest.raises(ValueError, match="quantiles"):
         z.quantile(1.5)
     with pytest.raises(ValueError, match="relative_error"):
-        LogHistogram(0.0)
+        QuantileSketch(0.0)
 
 
 def test_histogram_merge_equals_one_stream() -> None:
     rng = random.Random(5)
     values = [rng.expovariate(3.0) for _ in range(2000)]
-    whole, a, b = LogHistogram(), LogHistogram(), LogHistogram()
+    whole, a, b = QuantileSketch(), QuantileSketch(), QuantileSketch()
     for i, v in enumerate(values):
         whole.add(v)
         (a if i % 3 else b).add(v)
     a.merge(b)
     qs = (0.5, 0.95, 0.99)
     assert a.quantiles(qs) == whole.quantiles(qs) and a.count == whole.count
-    assert a.copy().quantiles(qs) == whole.quantiles(qs)
 
 
 # -- the aggregator -----------------------------------------------------------------
@@ -368,7 +381,10 @@ async def test_failed_or_missing_reporter_keeps_the_window() -> None:
         assert s.log_metrics(step=2) is False  # the reporter raised: kept
         rec.up = False
         await sb.exec(["true"])
-        assert s.log_metrics(step=3) is False  # no reporter available: kept
+        with structlog.testing.capture_logs() as logs:
+            assert s.log_metrics(step=3) is False  # no reporter available: kept, and said so (once)
+            assert s.log_metrics(step=3) is False
+        assert [e["log_level"] for e in logs if "no reporter can take" in e["event"]] == ["warning"]
         assert s.snapshot().executions == 2
         rec.up = True
         await sb.exec(["true"])
@@ -377,8 +393,53 @@ async def test_failed_or_missing_reporter_keeps_the_window() -> None:
             s.log_metrics(step=-1)
         with pytest.raises(cwa.SandboxValidationError):
             s.log_metrics(step=True)
-    assert [(step, snap.executions) for step, snap in rec.rows] == [(0, 1), (4, 3), (5, 0)]
+    assert [(step, snap.executions, snap.teardown) for step, snap in rec.rows] == [
+        (0, 1, False),
+        (4, 3, False),
+        (4, 0, True),  # the close only stopped the sandbox: step 4's teardown, not a step 5
+    ]
     assert rec.rows[2][1].sandboxes_destroyed == 1
+
+
+async def test_silent_sessions_stay_quiet_but_wanted_metrics_are_never_lost_silently() -> None:
+    """No report_to and no run: a close that delivers nothing is quiet, unless log_metrics was called."""
+    with structlog.testing.capture_logs() as logs:
+        async with cwa.Session(backend=FakeBackend()) as s:  # follows wandb.run; there is none
+            await (await s.sandbox()).exec(["true"])
+    assert logs == [] or all(e["log_level"] != "warning" for e in logs)
+    with structlog.testing.capture_logs() as logs:
+        async with cwa.Session(backend=FakeBackend()) as s:
+            await (await s.sandbox()).exec(["true"])
+            assert s.log_metrics(step=0) is False
+    warnings = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert any("no reporter can take" in w for w in warnings), warnings
+    assert any("were not reported" in w for w in warnings), warnings
+    with structlog.testing.capture_logs() as logs:
+        async with cwa.Session(backend=FakeBackend(), report_to=[]) as s:  # disabled on purpose
+            await (await s.sandbox()).exec(["true"])
+            assert s.log_metrics(step=0) is False
+    assert not [e for e in logs if e["log_level"] == "warning"]
+
+
+async def test_a_close_after_real_work_is_a_step_of_its_own_and_namespaces_keep_sessions_apart() -> None:
+    a = Recorder()
+    async with (
+        cwa.Session(backend=FakeBackend(), report_to=[a]) as s,
+        cwa.Session(backend=FakeBackend(), report_to=["log"], metrics_namespace="code_b") as t,
+    ):
+        sb = await s.sandbox()
+        await sb.exec(["true"])
+        assert s.log_metrics(step=0)
+        await sb.exec(["true"])  # after the last flush: step 1's work, delivered at close
+        with structlog.testing.capture_logs() as logs:
+            await (await t.sandbox()).exec(["true"])
+            assert t.log_metrics(step=0)
+    assert [(step, snap.executions, snap.teardown) for step, snap in a.rows] == [(0, 1, False), (1, 1, False)]
+    (line,) = [e for e in logs if e["event"] == "sandbox metrics"]
+    assert line["namespace"] == "code_b" and line["executions"] == 1
+    assert a.rows[0][1].as_dict("code_b")["cwsandbox/code_b/executions"] == 1
+    with pytest.raises(cwa.SandboxValidationError):
+        cwa.Session(backend=FakeBackend(), metrics_namespace="a/b")
 
 
 async def test_step_is_bound_for_library_log_lines() -> None:
@@ -402,7 +463,7 @@ async def test_log_metrics_from_another_thread() -> None:
         sb = await s.sandbox()
         await sb.exec(["true"])
         assert await anyio.to_thread.run_sync(s.log_metrics, 3)
-    assert [step for step, _ in rec.rows] == [3, 4]
+    assert [(step, snap.teardown) for step, snap in rec.rows] == [(3, False), (3, True)]
 
 
 def test_report_to_is_validated() -> None:

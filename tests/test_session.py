@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import anyio
+import looptime
 import pytest
+import structlog
 
 import cwsandbox_async as cwa
-from cwsandbox_async import _sandbox
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
 
-def session(backend: FakeBackend | None = None, **defaults: object) -> cwa.Session:
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    """Virtual time: the loop's clock jumps ahead when every task waits on a timer."""
+    return "asyncio", {"loop_factory": looptime.new_event_loop}
+
+
+def session(
+    backend: FakeBackend | None = None, *, timeouts: cwa.Timeouts | None = None, **defaults: object
+) -> cwa.Session:
     return cwa.Session(
-        cwa.SandboxDefaults(tags=("run:test",)).with_overrides(**defaults), backend=backend or FakeBackend()
+        cwa.SandboxDefaults(tags=("run:test",)).with_overrides(**defaults),
+        backend=backend or FakeBackend(),
+        timeouts=timeouts,
     )
 
 
@@ -85,24 +97,29 @@ async def test_dead_sandbox_raises_not_running() -> None:
     assert backend.live == 0
 
 
-async def test_foreign_backend_exception_is_translated() -> None:
+async def test_a_foreign_exception_from_a_backend_is_a_bug_not_infrastructure() -> None:
+    """Only a missed deadline is translated above the backend: anything else propagates, logged at ERROR."""
+
     def handler(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) -> tuple[int, bytes, bytes]:
-        raise OSError("socket closed")
+        raise KeyError("a bug in the backend")
 
     async with session(FakeBackend(exec_handler=handler)) as s:
         sb = await s.sandbox()
-        with pytest.raises(cwa.SandboxTransportError) as info:
+        with structlog.testing.capture_logs() as logs, pytest.raises(KeyError):
             await sb.exec(["anything"])
-        assert isinstance(info.value.__cause__, OSError)
+        assert [e["log_level"] for e in logs if "backend bug" in e["event"]] == ["error"]
+        assert s.snapshot().exec_infra_failures == 0
 
 
-async def test_hung_exec_hits_the_client_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_sandbox, "EXEC_GRACE_SECONDS", 0.2)
-    async with session(FakeBackend(faults=Faults(exec_hang=1.0))) as s:
+async def test_hung_exec_hits_the_client_deadline() -> None:
+    """The client waits the exec's own timeout plus ``exec_grace_seconds``, then it is infrastructure."""
+    grace = 7.0
+    async with session(FakeBackend(faults=Faults(exec_hang=1.0)), timeouts=cwa.Timeouts(exec_grace_seconds=grace)) as s:
         sb = await s.sandbox()
-        with anyio.fail_after(5):
-            with pytest.raises(cwa.SandboxTimeoutError) as info:
-                await sb.exec(["true"], timeout_seconds=0.1)
+        start = anyio.current_time()
+        with pytest.raises(cwa.SandboxTimeoutError) as info:
+            await sb.exec(["true"], timeout_seconds=0.5)
+        assert anyio.current_time() - start == pytest.approx(0.5 + grace)
         assert info.value.infrastructure
 
 

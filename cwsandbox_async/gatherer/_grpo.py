@@ -1,9 +1,10 @@
 """Group-aware gathering for GRPO: per-group outcome lists and an infrastructure-failure mask.
 
 GRPO scores each completion against the others of its group (same prompt). An
-infrastructure failure (the sandbox died) says nothing about the completion, so
-it must be dropped from the group's statistics rather than scored as zero:
-``GroupedOutcomes.infra_mask`` marks those items.
+infrastructure failure (the sandbox died, or the program was starved of CPU)
+says nothing about the completion, so it must be dropped from the group's
+statistics rather than scored as zero: ``GroupedOutcomes.infra_mask`` marks
+those items (``OutcomeKind.INFRA`` and ``OutcomeKind.STARVED``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .._errors import SandboxValidationError
 from ._gather import DEFAULT_LIMIT, OutcomeSink, Work, gather
-from ._outcome import Outcome
+from ._outcome import Outcome, OutcomeKind
 
 __all__ = ["GroupedOutcomes", "gather_groups"]
 
@@ -34,13 +35,18 @@ class GroupedOutcomes(Generic[K, T]):
 
     @property
     def infra_mask(self) -> dict[K, list[bool]]:
-        """Per group, True where the item failed for infrastructure reasons (drop it from advantages)."""
+        """Per group, True where the item failed for infrastructure reasons or was starved (drop it from advantages)."""
         return {g: [o.infra_failure for o in outs] for g, outs in self.by_group.items()}
 
     @property
     def infra_count(self) -> int:
-        """How many items failed for infrastructure reasons, over all groups."""
+        """How many items failed for infrastructure reasons (starved ones included), over all groups."""
         return sum(o.infra_failure for outs in self.by_group.values() for o in outs)
+
+    @property
+    def starved_count(self) -> int:
+        """Of ``infra_count``: items whose exec timed out while starved of CPU (lower the concurrency)."""
+        return sum(o.kind is OutcomeKind.STARVED for outs in self.by_group.values() for o in outs)
 
     def __getitem__(self, group: K) -> list[Outcome[T]]:
         return self.by_group[group]

@@ -3,16 +3,25 @@
 ``OutcomeKind`` says how an item ended:
 
 - ``OK``: it returned ``value``.
-- ``ERROR``: the user's code raised (including ``SandboxExecutionError``,
-  ``SandboxFileError``, ``SandboxValidationError``: the program's own failures).
+- ``ERROR``: the work raised something that is not the platform's failure: a
+  non-infrastructure ``SandboxError`` (the program's own failure, e.g.
+  ``SandboxExecutionError``, ``SandboxFileError``, or the caller's mistake, e.g.
+  ``SandboxValidationError``, ``SandboxTerminatedError``), or any other exception
+  (a bug: never relabelled as infrastructure).
 - ``INFRA``: the platform failed (a ``SandboxError`` whose ``infrastructure`` is
-  True: the sandbox died, the backend or transport broke, a create or file
-  transfer timed out). A trainer drops these from advantage statistics instead
-  of reading them as a zero reward (``outcome.infra_failure``).
+  True: the sandbox died for outside reasons, the backend or transport broke, a
+  create or file transfer timed out). A trainer drops these from advantage
+  statistics instead of reading them as a zero reward (``outcome.infra_failure``).
+- ``STARVED``: an exec's wall timeout fired while the program was starved of CPU
+  by others (``SandboxTimeoutError`` whose ``result.starved`` is True): the
+  platform's fault too (``infra_failure`` is True), kept apart because the cure
+  is less concurrency, not a healthier backend.
 - ``TIMEOUT``: the item missed its deadline (its work was cancelled), or it raised
   a timeout that is the program's outcome (an exec timeout, a ``TimeoutError``).
 - ``CANCELLED``: the work raised ``CancelledError`` of its own accord (it awaited
   something that was cancelled) while nobody cancelled the gatherer.
+
+What to do with each kind: ``docs/outcomes.md``.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .._errors import SandboxError
+from .._errors import SandboxError, SandboxTimeoutError
 
 __all__ = ["Outcome", "OutcomeKind", "classify_error", "make_outcome"]
 
@@ -34,6 +43,7 @@ class OutcomeKind(enum.StrEnum):
     OK = "ok"
     ERROR = "error"
     INFRA = "infra"
+    STARVED = "starved"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
 
@@ -63,8 +73,8 @@ class Outcome(Generic[T]):
 
     @property
     def infra_failure(self) -> bool:
-        """True if the platform failed rather than the program: drop it from reward statistics."""
-        return self.kind is OutcomeKind.INFRA
+        """True if the platform failed (``INFRA``) or starved the program (``STARVED``): drop it from reward stats."""
+        return self.kind is OutcomeKind.INFRA or self.kind is OutcomeKind.STARVED
 
     def unwrap(self) -> T:
         """Return the value, or raise the item's error (chained to nothing new: the original object)."""
@@ -105,19 +115,23 @@ def make_outcome(
 def classify_error(exc: BaseException) -> OutcomeKind:
     """Map an exception raised by an item's work to an ``OutcomeKind``.
 
-    A ``SandboxError`` marked ``infrastructure`` is ``INFRA``; a timeout that is
-    not an infrastructure failure is ``TIMEOUT``; anything else is ``ERROR``. An
+    An exec timeout whose result is ``starved`` is ``STARVED``; any other
+    ``SandboxError`` marked ``infrastructure`` is ``INFRA``; a timeout that is not
+    an infrastructure failure is ``TIMEOUT``; anything else is ``ERROR``. An
     exception group is ``INFRA`` if any leaf is an infrastructure failure (the
-    platform's failure taints the sample), ``TIMEOUT`` if every leaf is a
-    timeout, else ``ERROR``.
+    platform's failure taints the sample), else ``STARVED`` if any leaf is,
+    ``TIMEOUT`` if every leaf is a timeout, else ``ERROR``.
     """
     if isinstance(exc, BaseExceptionGroup):
         kinds = [classify_error(e) for e in exc.exceptions]
-        if OutcomeKind.INFRA in kinds:
-            return OutcomeKind.INFRA
+        for kind in (OutcomeKind.INFRA, OutcomeKind.STARVED):
+            if kind in kinds:
+                return kind
         if kinds and all(k is OutcomeKind.TIMEOUT for k in kinds):
             return OutcomeKind.TIMEOUT
         return OutcomeKind.ERROR
+    if isinstance(exc, SandboxTimeoutError) and exc.result is not None and exc.result.starved:
+        return OutcomeKind.STARVED
     if isinstance(exc, SandboxError) and exc.infrastructure:
         return OutcomeKind.INFRA
     if isinstance(exc, TimeoutError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from types import CoroutineType
 from typing import Any, Protocol
 
@@ -20,7 +19,6 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .._deadline import cancel_scope
 from .._errors import SandboxTimeoutError, SandboxValidationError
 from .._log import log
 from ._feed import Feed, FeedFailed
@@ -30,7 +28,6 @@ __all__ = ["OutcomeSink", "Runner", "Sender"]
 
 Sender = MemoryObjectSendStream["Outcome[Any] | FeedFailed"]
 
-_perf = time.perf_counter
 _OK = OutcomeKind.OK
 #: ``kind.value`` without the enum's property lookup, for the metrics sink.
 _KIND_NAMES = {kind: kind.value for kind in OutcomeKind}
@@ -78,7 +75,7 @@ class Runner:
 
     async def run_item(self, index: int, key: Any, item: Any) -> Outcome[Any]:
         """Run one item; every ``Exception`` becomes the outcome's error. Cancellation of the worker propagates."""
-        start = _perf()
+        start = anyio.current_time()
         scope: anyio.CancelScope | None = None
         error: BaseException
         try:
@@ -88,15 +85,15 @@ class Runner:
                     f"item {index} is not an awaitable or a zero-argument callable returning one: {aw!r:.80}"
                 )
             if self.timeout is None:
-                return make_outcome(index, key, _OK, await aw, None, _perf() - start)
-            scope = cancel_scope(deadline=asyncio.get_running_loop().time() + self.timeout)
+                return make_outcome(index, key, _OK, await aw, None, anyio.current_time() - start)
+            scope = anyio.move_on_after(self.timeout)
             with scope:
                 value = await aw
             if scope.cancel_called:
                 raise SandboxTimeoutError(
                     f"item {index} did not finish within {self.timeout:g} s", infrastructure=False
                 )
-            return make_outcome(index, key, _OK, value, None, _perf() - start)
+            return make_outcome(index, key, _OK, value, None, anyio.current_time() - start)
         except asyncio.CancelledError as exc:
             if _cancel_requested():
                 raise
@@ -104,7 +101,7 @@ class Runner:
         except Exception as exc:
             kind = OutcomeKind.TIMEOUT if scope is not None and scope.cancel_called else classify_error(exc)
             error = exc
-        return make_outcome(index, key, kind, None, error, _perf() - start)
+        return make_outcome(index, key, kind, None, error, anyio.current_time() - start)
 
     async def worker(self, send: Sender | None) -> None:
         """Pull, run, deliver, until the input is exhausted or fails; start one more worker after the first pull."""

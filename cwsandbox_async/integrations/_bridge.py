@@ -122,7 +122,7 @@ class LoopThread:
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn(*args)`` on the loop thread and return its result. Raises ``SandboxError`` once closed."""
         if self._closed:
-            raise SandboxError("this sync bridge is closed")
+            raise SandboxError("this sync bridge is closed", infrastructure=False)  # the caller's mistake
         return self._portal.call(fn, *args)
 
     def close(self, timeout_seconds: float = HOST_CLOSE_TIMEOUT_SECONDS) -> None:
@@ -189,7 +189,8 @@ def start_detached(host: SessionHost) -> tuple[asyncio.Task[None], asyncio.Futur
             raise
         finally:
             if not ready.done():
-                ready.set_exception(SandboxError("session host ended before it was ready"))
+                # Ended without an error and without serving: a bug, not the platform's failure.
+                ready.set_exception(SandboxError("session host ended before it was ready", infrastructure=False))
 
     task = loop.create_task(run(), name="cwsandbox-session-host")
     return task, ready

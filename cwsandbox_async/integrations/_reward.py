@@ -1,4 +1,17 @@
-"""The scoring core behind the TRL reward functions: extract, run (optionally against tests), 1.0 / 0.0 / None."""
+"""The scoring core behind the TRL reward functions: extract, run against the tests, 1.0 / 0.0 / None.
+
+Each program runs under the test harness (``_harness``): 1.0 needs the tests to
+have run to their end, so ending the process early scores 0.0. Outcomes map as:
+
+- the program's own outcome is a score: it failed, ran past its timeout, was
+  OOM-killed, exceeded its CPU budget, or took its own sandbox down (a
+  ``SandboxError`` with ``infrastructure=False``): 0.0;
+- the platform's failure is ``None`` ("not scored"), counted in
+  ``infra_failures``: an infrastructure error, a wall timeout while the program
+  was starved of CPU (also counted in ``starved``), the item deadline;
+- a caller mistake or a bug (any other exception) is logged at ERROR and raised
+  once the whole batch has finished, never turned into a score.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +21,13 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import SandboxTimeoutError, SandboxValidationError
+from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
+from ..gatherer._outcome import OutcomeKind
 from ._extract import completion_text, extract_code
-from ._run import run_python
+from ._harness import harness_run
+from ._run import programs_doing, run_python
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -27,12 +42,17 @@ SandboxSource = Callable[[], AbstractAsyncContextManager["Sandbox"]]
 
 #: Slack added to each item's deadline beyond lease wait + program timeout (exec grace, file transfer).
 ITEM_DEADLINE_SLACK_SECONDS = 30.0
+#: Outcome kinds that mean "the platform could not reach a verdict": ``None``, counted as infra failures.
+_NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.STARVED, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
 class RewardCallStats:
     """What one reward call did. ``sandboxes`` programs ran; ``skipped`` completions had no code;
-    ``infra_failures`` got ``None`` because the platform failed (or missed its deadline)."""
+    ``infra_failures`` got ``None`` because the platform failed (or missed its deadline), ``starved``
+    of them because their wall timeout fired while they were starved of CPU; ``oom_killed``
+    programs were killed for their memory (scored 0.0). ``step`` is TRL's ``trainer_state.global_step``
+    during the call (completed steps); ``name`` the reward function's."""
 
     call: int
     sandboxes: int
@@ -40,16 +60,31 @@ class RewardCallStats:
     skipped: int
     infra_failures: int
     step: int | None
+    starved: int = 0
+    oom_killed: int = 0
+    name: str = ""
 
     def line(self) -> str:
-        """The familiar one-line summary."""
+        """The familiar one-line summary, naming the reward (two in one trainer print different lines)."""
+        named = f" ({self.name})" if self.name else ""
         text = (
-            f"[CWSandbox] Reward call {self.call}: {self.sandboxes} sandboxes, "
+            f"[CWSandbox] Reward call {self.call}{named}: {self.sandboxes} sandboxes, "
             f"{self.passed}/{self.sandboxes} passed, {self.skipped} skipped (no code)"
         )
         if self.infra_failures:
-            text += f", {self.infra_failures} infra failures (not scored)"
+            text += f", {self.infra_failures} infra failures (not scored"
+            text += f"; {self.starved} starved of CPU)" if self.starved else ")"
+        if self.oom_killed:
+            text += f", {self.oom_killed} out of memory"
         return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    """One program's verdict."""
+
+    score: float
+    oom_killed: bool
 
 
 def _tests_for(kwargs: Mapping[str, Any], column: str | None, n: int) -> list[str | None]:
@@ -85,6 +120,7 @@ class RewardCore:
         lease_timeout_seconds: float,
         python: str,
         verbose: bool,
+        name: str = "",
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
@@ -97,36 +133,47 @@ class RewardCore:
         self.limit = limit
         self.python = python
         self.verbose = verbose
+        self.name = name
         self.calls = 0
         self.last_stats: RewardCallStats | None = None
         self._last_flushed_step: int | None = None
 
-    def programs(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str | None]:
-        """One program per completion (code + its tests), ``None`` where there is no code."""
+    def programs(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, str | None] | None]:
+        """One ``(code, tests)`` per completion, ``None`` where there is no code."""
         tests = _tests_for(kwargs, self.tests_column, len(completions))
-        out: list[str | None] = []
+        out: list[tuple[str, str | None] | None] = []
         for completion, test in zip(completions, tests, strict=True):
             code = self.extractor(completion_text(completion))
-            if code is None or not code.strip():
-                out.append(None)
-            else:
-                out.append(code if test is None else f"{code}\n\n{test}\n")
+            out.append(None if code is None or not code.strip() else (code, test))
         return out
 
-    async def _run_one(self, source: SandboxSource, program: str) -> float:
+    async def _run_one(self, source: SandboxSource, code: str, tests: str | None) -> _Scored:
+        run = harness_run(code, tests)
         async with source() as sandbox:
             try:
-                result = await run_python(sandbox, program, timeout_seconds=self.timeout_seconds, python=self.python)
-            except SandboxTimeoutError as exc:
-                if exc.infrastructure:
-                    raise
-                return 0.0  # the program ran too long: its own outcome
-        return 1.0 if result.returncode == 0 else 0.0
+                result = await run_python(
+                    sandbox,
+                    run.source,
+                    stdin=run.stdin,
+                    timeout_seconds=self.timeout_seconds,
+                    python=self.python,
+                    exclusive=True,
+                )
+            except SandboxError as exc:
+                if not programs_doing(exc):
+                    raise  # the platform's failure (None), or a caller mistake or bug (raised after the batch)
+                # The program's own outcome: it ran past its timeout, or took its sandbox down with it.
+                partial = exc.result if isinstance(exc, SandboxTimeoutError) else None
+                return _Scored(0.0, partial is not None and partial.oom_killed)
+        return _Scored(1.0 if run.passed(result) else 0.0, result.oom_killed)
 
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[float | None]:
-        """Score a batch: 1.0 passed, 0.0 failed (non-zero exit, timeout), ``None`` no code or infra failure."""
+        """Score a batch (see the module docstring): one ``1.0``/``0.0``/``None`` per completion, in order.
+
+        Raises the first unexpected error (a bug or caller mistake) after every item has finished.
+        """
         from ..gatherer._gather import as_completed
 
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
@@ -136,29 +183,39 @@ class RewardCore:
         programs = self.programs(completions, kwargs)
         rewards: list[float | None] = [None] * len(programs)
         todo = [(i, p) for i, p in enumerate(programs) if p is not None]
-        work = [functools.partial(self._run_one, source, p) for _, p in todo]
-        infra = 0
+        work = [functools.partial(self._run_one, source, *p) for _, p in todo]
+        infra = starved = oom = 0
+        bugs: list[BaseException] = []
         if work:
             deadline = self.lease_timeout_seconds + self.timeout_seconds + ITEM_DEADLINE_SLACK_SECONDS
             async with as_completed(work, limit=self.limit, timeout_seconds=deadline) as results:
                 async for outcome in results:
                     i = todo[outcome.index][0]
-                    if outcome.ok:
-                        rewards[i] = outcome.value
-                    else:
+                    if outcome.value is not None:
+                        rewards[i] = outcome.value.score
+                        oom += outcome.value.oom_killed
+                    elif outcome.kind in _NOT_SCORED:
                         infra += 1
+                        starved += outcome.kind is OutcomeKind.STARVED
                         log.warning("reward not scored", index=i, kind=str(outcome.kind), error=repr(outcome.error))
-        step = self._step(kwargs)
+                    else:
+                        bugs.append(outcome.error or RuntimeError("reward item failed without an error"))
+                        log.error("reward item failed unexpectedly", index=i, exc_info=outcome.error)
         stats = RewardCallStats(
             call=call,
             sandboxes=len(work),
             passed=sum(1 for r in rewards if r == 1.0),
             skipped=len(programs) - len(work),
             infra_failures=infra,
-            step=step,
+            step=self._step(kwargs),
+            starved=starved,
+            oom_killed=oom,
+            name=self.name,
         )
         self.last_stats = stats
         self._report(stats, session, kwargs)
+        if bugs:
+            raise bugs[0]
         return rewards
 
     @staticmethod
@@ -176,19 +233,28 @@ class RewardCore:
             passed=stats.passed,
             skipped=stats.skipped,
             infra_failures=stats.infra_failures,
+            starved=stats.starved,
+            oom_killed=stats.oom_killed,
             step=stats.step,
         )
         log_metric = kwargs.get("log_metric")
+        prefix = f"cwsandbox/{self.name}/" if self.name else "cwsandbox/reward/"
         if callable(log_metric) and stats.sandboxes:
-            log_metric("cwsandbox/reward/pass_rate", stats.passed / stats.sandboxes)
-            log_metric("cwsandbox/reward/infra_failures", float(stats.infra_failures))
+            log_metric(prefix + "pass_rate", stats.passed / stats.sandboxes)
+            log_metric(prefix + "infra_failures", float(stats.infra_failures))
+            log_metric(prefix + "starved", float(stats.starved))
+            log_metric(prefix + "oom_killed", float(stats.oom_killed))
         total = stats.sandboxes + stats.skipped
         if callable(log_metric) and total:
-            log_metric("cwsandbox/reward/no_code_fraction", stats.skipped / total)
-        # One flush per training step: a second call within the same step folds into the next flush.
-        if session is not None and stats.step is not None and stats.step != self._last_flushed_step:
-            self._last_flushed_step = stats.step
+            log_metric(prefix + "no_code_fraction", stats.skipped / total)
+        # TRL's global_step counts completed steps: the rewards computed now belong to step
+        # global_step + 1, and TRL logs them at train/global_step = global_step + 1. The sandbox
+        # metrics of this call go to that same step. One flush per step: a second call within the
+        # same step (steps_per_generation > 1, evaluation) folds into the next flush.
+        flush_step = None if stats.step is None else stats.step + 1
+        if session is not None and flush_step is not None and flush_step != self._last_flushed_step:
+            self._last_flushed_step = flush_step
             try:
-                session.log_metrics(step=stats.step)
+                session.log_metrics(step=flush_step)
             except Exception as exc:  # metrics must never break a training step
-                log.warning("log_metrics failed", step=stats.step, error=repr(exc))
+                log.warning("log_metrics failed", step=flush_step, error=repr(exc))

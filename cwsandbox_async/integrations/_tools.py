@@ -1,10 +1,17 @@
 """Agent tools: OpenAI-style schemas and their execution in a sandbox, errors turned into observations.
 
 The model's mistakes (bad JSON, a missing argument, an unknown tool, a command
-that fails or runs too long, a missing file) come back as observation strings
-the agent can read and learn from. Only platform failures raise: a sandbox that
-died or a broken transport (``SandboxError`` with ``infrastructure`` True), so a
-rollout on a broken sandbox fails instead of teaching the model a fake lesson.
+that fails, runs too long, runs out of memory or CPU time, a missing file) come
+back as observation strings the agent can read and learn from. Only platform
+failures raise: a sandbox that died for outside reasons, a broken transport, a
+command starved of CPU by others (``SandboxError`` with ``infrastructure`` True),
+so a rollout on a broken sandbox fails instead of teaching the model a fake lesson.
+
+``submit_solution`` runs the code and the tests under the test harness
+(``_harness``): it passes only if the tests ran to their end, so a submission
+that ends the process early (``os._exit(0)``, ``sys.exit(0)``, an ``atexit`` hook)
+fails. The run is ``exclusive``: processes the episode left running are killed
+first, so they cannot write into its output.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import SandboxError, SandboxFileError, SandboxTimeoutError, SandboxValidationError
 from ._extract import clean_text
-from ._run import run_python
+from ._harness import harness_run
+from ._run import programs_doing, run_python
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -164,16 +172,24 @@ def _clip(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
     return f"{text[:half]}\n...[{len(text) - limit} characters truncated]...\n{text[-half:]}"
 
 
-def _exec_observation(result: ExecResult, ok_text: str = "(no output)") -> str:
-    out, err = result.stdout.rstrip(), result.stderr.rstrip()
-    if result.returncode == 0:
+def _status(result: ExecResult) -> str:
+    """Why a command failed, in the words the model reads."""
+    if result.oom_killed:
+        return "killed: out of memory"
+    if result.cpu_exceeded:
+        return "killed: CPU time limit exceeded"
+    return f"killed by signal {result.signal}" if result.signal else f"exit code {result.returncode}"
+
+
+def _exec_observation(result: ExecResult, ok_text: str = "(no output)", stdout: str | None = None) -> str:
+    out, err = (result.stdout if stdout is None else stdout).rstrip(), result.stderr.rstrip()
+    if result.returncode == 0 and not result.oom_killed and not result.cpu_exceeded:
         text = out or ok_text
         if err:
             text += f"\n[stderr]\n{err}"
     else:
-        status = f"killed by signal {result.signal}" if result.signal else f"exit code {result.returncode}"
         details = "\n".join(s for s in (out, err) if s)
-        text = f"Error ({status}):\n{details}" if details else f"Error ({status})"
+        text = f"Error ({_status(result)}):\n{details}" if details else f"Error ({_status(result)})"
     if result.truncated:
         text += "\n[output truncated]"
     return _clip(text)
@@ -202,11 +218,14 @@ async def run_tool(
     """Run one tool call in ``sandbox`` and return its observation and meaning.
 
     Tools: ``execute_code(code)``, ``submit_solution(code)`` (runs ``code`` followed
-    by ``tests``; passed when it exits 0), ``bash(command)``, ``read_file(path)``,
+    by ``tests``), ``bash(command)``, ``read_file(path)``,
     ``write_file(path, content)``. Relative paths resolve against the sandbox's
     working directory. A command past ``timeout_seconds`` is killed and reported as
-    ``Error: command timed out after N seconds``. Raises only for platform failures
-    (an infrastructure ``SandboxError``) and cancellation.
+    ``Error: command timed out after N seconds``; one killed for its memory as
+    ``Error (killed: out of memory)``. A submission passes only if its tests ran to
+    their end (see the module docstring). Raises only for platform failures (an
+    infrastructure ``SandboxError``), the caller's mistakes (a stopped sandbox:
+    ``SandboxTerminatedError``) and cancellation.
     """
     try:
         call = parse_tool_call(tool_call)
@@ -233,17 +252,12 @@ async def run_tool(
         args[param] = clean_text(args[param])  # a lone surrogate cannot be sent; the model sees U+FFFD
     submitted = name == "submit_solution"
     try:
-        if name in ("execute_code", "submit_solution"):
-            source = args["code"]
-            if submitted:
-                if tests is None:
-                    return ToolResult(name, "Error: this task has no tests to submit against", False, submitted=True)
-                source = f"{source}\n\n{tests}\n"
-            result = await run_python(sandbox, source, timeout_seconds=timeout_seconds, python=python)
-            if submitted:
-                passed = result.returncode == 0
-                text = "All tests passed." if passed else "Tests failed.\n" + _exec_observation(result)
-                return ToolResult(name, _clip(text), passed, submitted=True, passed=passed)
+        if submitted:
+            if tests is None:
+                return ToolResult(name, "Error: this task has no tests to submit against", False, submitted=True)
+            return await _submit(sandbox, args["code"], tests, timeout_seconds, python)
+        if name == "execute_code":
+            result = await run_python(sandbox, args["code"], timeout_seconds=timeout_seconds, python=python)
             return ToolResult(name, _exec_observation(result), result.returncode == 0)
         if name == "bash":
             result = await sandbox.exec(["bash", "-c", args["command"]], timeout_seconds=timeout_seconds)
@@ -266,9 +280,22 @@ async def run_tool(
         where = "" if path and path in exc.message else f" for {path!r}"
         return ToolResult(name, f"Error: {name} failed{where}: {exc.message}", False)
     except SandboxError as exc:
-        if exc.infrastructure:
-            raise
-        return ToolResult(name, f"Error: {exc.message}", False, submitted=submitted)
+        if not programs_doing(exc):
+            raise  # the platform's failure, the caller's mistake (a stopped sandbox) or a bug
+        # The command's own doing (it took its sandbox down with it): the model's outcome.
+        verdict = False if submitted else None
+        return ToolResult(name, f"Error: {exc.message}", False, submitted=submitted, passed=verdict)
+
+
+async def _submit(sandbox: Sandbox, code: str, tests: str, timeout_seconds: float, python: str) -> ToolResult:
+    """Run ``code`` then ``tests`` under the harness; passed only if the tests ran to their end."""
+    run = harness_run(code, tests)
+    result = await run_python(
+        sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python, exclusive=True
+    )
+    passed = run.passed(result)
+    text = "All tests passed." if passed else "Tests failed.\n" + _exec_observation(result, stdout=run.output(result))
+    return ToolResult("submit_solution", _clip(text), passed, submitted=True, passed=passed)
 
 
 async def execute_tool(

@@ -1,7 +1,7 @@
 """Metrics aggregator fed by Session, Sandbox, SandboxPool and the gatherer.
 
 Events land in the current *window* (everything since the last reset): counters,
-``LogHistogram``s (p50/p95/p99 within 1% relative error, bounded memory) and a
+``QuantileSketch``s (p50/p95/p99 within 1% relative error, bounded memory) and a
 ``sandbox_id -> exec count`` map that holds only sandboxes still alive (a
 destroyed sandbox's count is folded into count/sum/min/max; an exec that ends
 after its sandbox was destroyed stays in the map until the next reset). Gauges
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from .._types import ExecOutcome
-from ._histogram import LogHistogram
+from ._histogram import QuantileSketch
 from ._snapshot import Distribution, MetricsSnapshot, Summary
 
 __all__ = ["MetricsAggregator"]
@@ -39,6 +39,30 @@ MAX_LABELS = 32
 _OK = ExecOutcome.COMPLETED_OK
 _NONZERO = ExecOutcome.COMPLETED_NONZERO
 _QUANTILES = (0.5, 0.95, 0.99)
+
+
+#: The window's plain sums (merging two windows adds them).
+_SUMS = (
+    "created",
+    "create_failures",
+    "create_infra",
+    "destroyed",
+    "executions",
+    "ok",
+    "nonzero",
+    "failures",
+    "timeouts",
+    "starved",
+    "oom",
+    "infra",
+    "exec_cpu",
+    "sandbox_seconds",
+    "folded_sandboxes",
+    "folded_execs",
+    "swept",
+    "leases",
+    "warm_hits",
+)
 
 
 class _Window:
@@ -64,11 +88,13 @@ class _Window:
         "leases",
         "nonzero",
         "ok",
+        "oom",
         "per_sandbox",
         "retries",
         "sandbox_seconds",
         "started",
         "startup_hist",
+        "starved",
         "swept",
         "timeouts",
         "warm_hits",
@@ -79,10 +105,11 @@ class _Window:
         self.accrue_from = started  # live sandboxes accrue sandbox-seconds from here
         self.created = self.create_failures = self.create_infra = self.destroyed = 0
         self.executions = self.ok = self.nonzero = self.failures = self.timeouts = self.infra = 0
+        self.starved = self.oom = 0
         self.exec_cpu = self.sandbox_seconds = 0.0
-        self.startup_hist = LogHistogram()
-        self.exec_hist = LogHistogram()
-        self.lease_hist = LogHistogram()
+        self.startup_hist = QuantileSketch()
+        self.exec_hist = QuantileSketch()
+        self.lease_hist = QuantileSketch()
         self.per_sandbox: dict[str, int] = {}  # live sandboxes only
         self.folded_sandboxes = self.folded_execs = 0  # destroyed sandboxes with execs in this window
         self.folded_min = math.inf
@@ -104,34 +131,19 @@ class _Window:
         ``execs_per_sandbox``; this only happens after a failed delivery.)
         """
         self.started = min(self.started, old.started)
-        self.created += old.created
-        self.create_failures += old.create_failures
-        self.create_infra += old.create_infra
-        self.destroyed += old.destroyed
-        self.executions += old.executions
-        self.ok += old.ok
-        self.nonzero += old.nonzero
-        self.failures += old.failures
-        self.timeouts += old.timeouts
-        self.infra += old.infra
-        self.exec_cpu += old.exec_cpu
-        self.sandbox_seconds += old.sandbox_seconds
+        for name in _SUMS:
+            setattr(self, name, getattr(self, name) + getattr(old, name))
         self.startup_hist.merge(old.startup_hist)
         self.exec_hist.merge(old.exec_hist)
         self.lease_hist.merge(old.lease_hist)
         for sid, n in old.per_sandbox.items():
             self.per_sandbox[sid] = self.per_sandbox.get(sid, 0) + n
-        self.folded_sandboxes += old.folded_sandboxes
-        self.folded_execs += old.folded_execs
         self.folded_min = min(self.folded_min, old.folded_min)
         self.folded_max = max(self.folded_max, old.folded_max)
         for key, n in old.retries.items():
             _bump(self.retries, key, n)
         for key, n in old.gather.items():
             _bump(self.gather, key, n)
-        self.swept += old.swept
-        self.leases += old.leases
-        self.warm_hits += old.warm_hits
 
 
 def _bump(labels: dict[str, int], key: str, n: int = 1) -> None:
@@ -140,7 +152,7 @@ def _bump(labels: dict[str, int], key: str, n: int = 1) -> None:
     labels[key] = labels.get(key, 0) + n
 
 
-def _distribution(h: LogHistogram) -> Distribution | None:
+def _distribution(h: QuantileSketch) -> Distribution | None:
     if h.count == 0:
         return None
     p50, p95, p99 = h.quantiles(_QUANTILES)
@@ -172,8 +184,12 @@ class MetricsAggregator:
             self._alive[sandbox_id] = now - startup_seconds
 
     def sandbox_create_failed(self, error: BaseException) -> None:
-        """A create request failed (it still counts in ``sandboxes_created``, as in the CoreWeave SDK)."""
-        infra = bool(getattr(error, "infrastructure", True))
+        """A create request failed (it still counts in ``sandboxes_created``, as in the CoreWeave SDK).
+
+        It counts as an infrastructure failure only if the error says so: an exception
+        outside the ``SandboxError`` tree is a bug, not the platform's failure.
+        """
+        infra = bool(getattr(error, "infrastructure", False))
         with self._lock:
             self._window.create_failures += 1
             if infra:
@@ -200,11 +216,20 @@ class MetricsAggregator:
         *,
         timed_out: bool = False,
         infrastructure: bool = False,
+        starved: bool = False,
+        oom_killed: bool = False,
     ) -> None:
-        """One exec ended. A timeout or infrastructure error is also a ``FAILURE`` outcome."""
+        """One exec ended. A timeout or infrastructure error is also a ``FAILURE`` outcome.
+
+        ``starved``: a timeout that fired while the command was starved of CPU (also a
+        timeout and an infrastructure failure); ``oom_killed``: the kernel killed the
+        command for its memory (any outcome).
+        """
         with self._lock:
             w = self._window
             w.executions += 1
+            if oom_killed:
+                w.oom += 1
             if outcome is _OK:
                 w.ok += 1
             elif outcome is _NONZERO:
@@ -213,6 +238,8 @@ class MetricsAggregator:
                 w.failures += 1
                 if timed_out:
                     w.timeouts += 1
+                    if starved:
+                        w.starved += 1
                 if infrastructure:
                     w.infra += 1
             w.exec_cpu += cpu_seconds
@@ -306,6 +333,8 @@ class MetricsAggregator:
             exec_failures=w.failures,
             exec_timeouts=w.timeouts,
             exec_infra_failures=w.infra,
+            exec_starved=w.starved,
+            exec_oom_killed=w.oom,
             create_infra_failures=w.create_infra,
             exec_cpu_seconds=w.exec_cpu,
             sandbox_seconds=w.sandbox_seconds + alive_seconds,

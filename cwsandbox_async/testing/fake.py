@@ -10,11 +10,20 @@ created), ``max_live``, ``created``, ``destroyed``, ``exec_in_flight`` and
 ``max_exec_in_flight``; ``lost`` holds the ids whose destroy an injected fault
 dropped (``lost_delete``, ``destroy_hang``, ``destroy_failure``) and that are still
 alive, so a test can check that exactly those are left for a sweep.
+
+It reports the facts a verdict is decided on, so verdict logic can be tested
+without a kernel: seeded OOM kills (``Faults.oom_kill``: ``returncode=-9``,
+``oom_killed``) and starvation (``Faults.starve``: the command waits out its
+timeout with little CPU and a measured run-queue wait); an ``exec_handler`` may
+also return a whole ``ExecExit`` to report exact CPU, wait and OOM facts. A
+request's CPU budget (``ExecRequest.cpu_seconds``) is enforced against the CPU
+time reported (``cpu_exceeded``, ``returncode=-9``), and an exclusive request
+(``ExecRequest.exclusive``) kills every other exec of its sandbox before it runs
+(they end with ``returncode=-9``; ``exclusive_kills`` counts them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import random
@@ -22,6 +31,7 @@ import shlex
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import anyio
 
@@ -38,49 +48,14 @@ __all__ = ["ExecHandler", "FakeBackend", "Faults", "Latency"]
 
 _BUILTINS = frozenset({"true", "false", "echo", "printf", "pwd", "printenv", "cat", "sleep", "exit", "yes", "sh"})
 
-#: One command of a script: its words, and whether its output goes to stderr (``>&2``).
-_Step = tuple[tuple[str, ...], bool]
-#: Parsed ``sh -c`` scripts (script -> steps, and whether a step can block), cleared when full.
-_SCRIPTS: dict[str, tuple[tuple[_Step, ...], bool]] = {}
-_SCRIPTS_MAX = 1024
-#: Longest command (characters in all arguments) these caches keep.
-_CACHED_CHARS = 4096
-#: ``argv`` -> its steps when none can wait, else None (see ``FakeBackend._steps``), cleared when full.
-_PLANS: dict[tuple[str, ...], tuple[_Step, ...] | None] = {}
+#: What a handler returns: ``(returncode, stdout, stderr)``, or a whole ``ExecExit`` (its own CPU/wait/OOM facts).
+HandlerResult: TypeAlias = "tuple[int, bytes, bytes] | ExecExit"
+#: ``(argv, stdin, files) -> HandlerResult``, sync or async, for custom commands.
+ExecHandler = Callable[[tuple[str, ...], bytes, dict[str, bytes]], "HandlerResult | Awaitable[HandlerResult]"]
 
-
-def _blocks(cmd: str) -> bool:
-    """Whether a builtin command can wait (only ``sleep`` does)."""
-    return cmd.rsplit("/", 1)[-1] == "sleep"
-
-
-def _parse_script(script: str) -> tuple[tuple[_Step, ...], bool] | None:
-    """The steps of an ``sh -c`` script, parsed once; None if it does not parse (run it step by step)."""
-    parsed = _SCRIPTS.get(script)
-    if parsed is None:
-        steps: list[_Step] = []
-        for part in script.split(";"):
-            try:
-                words = shlex.split(part)
-            except ValueError:
-                return None
-            to_err = bool(words) and words[-1] == ">&2"
-            if to_err:
-                words = words[:-1]
-            if words:
-                steps.append((tuple(words), to_err))
-        parsed = (tuple(steps), any(_blocks(words[0]) for words, _ in steps))
-        if len(script) <= _CACHED_CHARS:
-            if len(_SCRIPTS) >= _SCRIPTS_MAX:
-                _SCRIPTS.clear()
-            _SCRIPTS[script] = parsed
-    return parsed
-
-
-#: ``(argv, stdin, files) -> (returncode, stdout, stderr)``, sync or async, for custom commands.
-ExecHandler = Callable[
-    [tuple[str, ...], bytes, dict[str, bytes]], "tuple[int, bytes, bytes] | Awaitable[tuple[int, bytes, bytes]]"
-]
+#: Share of the wall time a starved exec gets on a CPU, and spends waiting for one (``Faults.starve``).
+STARVED_CPU_SHARE = 0.02
+STARVED_WAIT_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -127,6 +102,8 @@ class Faults:
     idle_death: float = 0.0  # after create, the sandbox dies on its own after a short while
     destroy_hang: float = 0.0  # destroy never returns and the sandbox lives on (the caller's deadline must fire)
     destroy_failure: float = 0.0  # destroy raises SandboxTransportError and the sandbox lives on
+    oom_kill: float = 0.0  # the kernel kills the command for its memory (returncode -9, oom_killed)
+    starve: float = 0.0  # the command gets almost no CPU: it times out, with run-queue wait measured
 
 
 @dataclass
@@ -136,6 +113,8 @@ class _FakeSandbox:
     files: dict[str, bytes] = field(default_factory=dict)
     alive: bool = True
     ready: bool = False
+    #: Execs running now, each with the scope that kills it (an exclusive exec kills the others).
+    running: dict[object, anyio.CancelScope] = field(default_factory=dict)
 
 
 class FakeBackend(Backend):
@@ -168,9 +147,8 @@ class FakeBackend(Backend):
         self.exec_in_flight = 0
         self.max_exec_in_flight = 0
         self.lost: set[str] = set()
+        self.exclusive_kills = 0
         self.closed = False
-        self._faults_seen: Faults | None = None  # the Faults that _faultless() last looked at
-        self._no_faults = False
 
     @property
     def isolation(self) -> str:
@@ -184,20 +162,9 @@ class FakeBackend(Backend):
     def _chance(self, p: float) -> bool:
         return p > 0 and self.rng.random() < p
 
-    def _faultless(self) -> bool:
-        """True if every fault probability is 0 (looked at again whenever ``faults`` is replaced)."""
-        f = self.faults
-        if f is not self._faults_seen:
-            self._faults_seen = f
-            self._no_faults = not any(getattr(f, x.name) for x in dataclasses.fields(f))
-        return self._no_faults
-
     async def _sleep(self, lat: Latency) -> None:
         delay = lat.sample(self.rng)
-        if delay > 0:
-            await anyio.sleep(delay)
-        else:
-            await asyncio.sleep(0)  # a checkpoint, as any real backend call has (anyio's is this, on asyncio)
+        await anyio.sleep(delay)  # 0: a checkpoint, as any real backend call has
 
     def _get(self, sandbox_id: str) -> _FakeSandbox:
         sb = self.world.get(sandbox_id)
@@ -229,19 +196,6 @@ class FakeBackend(Backend):
         if n > self.max_exec_in_flight:
             self.max_exec_in_flight = n
         try:
-            lat = self.exec_latency
-            if (
-                on_output is None
-                and self.exec_handler is None
-                and lat.kind == "constant"
-                and lat.a <= 0
-                and self._faultless()
-            ):
-                steps = self._steps(request.argv)
-                if steps is not None:  # the zero-latency fast path: what _exec does, minus what cannot happen
-                    start = time.monotonic()
-                    await asyncio.sleep(0)  # the checkpoint of a zero latency
-                    return self._finish(request, *self._run_steps(steps, request, sb), start)
             return await self._exec(sb, request, on_output)
         finally:
             self.exec_in_flight -= 1
@@ -260,69 +214,76 @@ class FakeBackend(Backend):
             raise SandboxNotRunningError("injected: sandbox died during exec", sandbox_id=sid)
         if self._chance(f.truncated_stream):
             raise SandboxTransportError("injected: stream ended without an exit status", sandbox_id=sid)
+        if req.exclusive:
+            self._kill_others(sb)
+        facts: ExecExit | None = None
         timed_out = False
-        steps = None if self.exec_handler is not None else self._steps(req.argv)
-        if steps is not None:  # builtins that cannot wait: nothing to time out
-            rc, out, err = self._run_steps(steps, req, sb)
-        else:
-            with anyio.move_on_after(req.timeout_seconds) as scope:
-                rc, out, err = await self._interpret(req, sb)
-            if scope.cancelled_caught:
-                timed_out, rc, out, err = True, -9, b"", b""
-        if on_output is not None:
-            cap = req.max_output_bytes
-            if out[:cap]:
-                await on_output("stdout", out[:cap])
-            if err[:cap]:
-                await on_output("stderr", err[:cap])
-        return self._finish(req, rc, out, err, start, timed_out)
-
-    @staticmethod
-    def _finish(req: ExecRequest, rc: int, out: bytes, err: bytes, start: float, timed_out: bool = False) -> ExecExit:
-        """The exit status, with output past ``max_output_bytes`` dropped (and the command counted as killed)."""
+        rc, out, err = -9, b"", b""
+        token = object()
+        with anyio.CancelScope() as kill:  # cancelled by a later exclusive exec of this sandbox
+            sb.running[token] = kill
+            try:
+                if self._chance(f.starve):
+                    await anyio.sleep(req.timeout_seconds)
+                    return self._starved(start)
+                with anyio.move_on_after(req.timeout_seconds) as scope:
+                    res = await self._interpret(req, sb)
+                if scope.cancelled_caught:
+                    timed_out = True
+                elif isinstance(res, ExecExit):
+                    facts, (rc, out, err) = res, (res.returncode, res.stdout, res.stderr)
+                else:
+                    rc, out, err = res
+            finally:
+                sb.running.pop(token, None)
+        if kill.cancelled_caught:
+            return ExecExit(-9, b"", b"", time.monotonic() - start)  # killed by an exclusive exec
+        oom = not timed_out and self._chance(f.oom_kill)
+        if oom:
+            rc, err = -9, b""
         cap = req.max_output_bytes
         truncated = len(out) > cap or len(err) > cap
-        if truncated:
+        if truncated:  # output past the cap is dropped and the command counted as killed
             out, err, rc = out[:cap], err[:cap], -9
-        return ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated)
+        if on_output is not None:
+            if out:
+                await on_output("stdout", out)
+            if err:
+                await on_output("stderr", err)
+        ex = ExecExit(rc, out, err, time.monotonic() - start, 0.0, timed_out, truncated, oom_killed=oom)
+        if facts is not None:
+            ex = dataclasses.replace(
+                ex,
+                cpu_seconds=facts.cpu_seconds,
+                oom_killed=oom or facts.oom_killed,
+                cpu_exceeded=facts.cpu_exceeded,
+                cpu_wait_seconds=facts.cpu_wait_seconds,
+                sandbox_cpu_seconds=facts.sandbox_cpu_seconds,
+            )
+        budget = req.cpu_seconds
+        if budget is not None and ex.cpu_seconds > budget and not ex.timed_out:
+            ex = dataclasses.replace(ex, returncode=-9, cpu_seconds=budget, cpu_exceeded=True)
+        return ex
+
+    def _kill_others(self, sb: _FakeSandbox) -> None:
+        """Before an exclusive exec: kill every other exec of the sandbox."""
+        for scope in list(sb.running.values()):
+            scope.cancel()
+            self.exclusive_kills += 1
+        sb.running.clear()
 
     @staticmethod
-    def _steps(argv: tuple[str, ...]) -> tuple[_Step, ...] | None:
-        """The builtin steps of ``argv`` if none of them can wait, else None (``_interpret`` runs it)."""
-        try:
-            return _PLANS[argv]
-        except KeyError:
-            pass
-        if argv[:2] == ("/bin/sh", "-c") or argv[:2] == ("sh", "-c"):
-            parsed = _parse_script(argv[2])
-            if parsed is None:
-                return None  # does not parse: _interpret raises where the shell would
-            steps = None if parsed[1] else parsed[0]
-        else:
-            steps = None if _blocks(argv[0]) else ((argv, False),)
-        if sum(map(len, argv)) <= _CACHED_CHARS:
-            if len(_PLANS) >= _SCRIPTS_MAX:
-                _PLANS.clear()
-            _PLANS[argv] = steps
-        return steps
+    def _starved(start: float) -> ExecExit:
+        """A command that got almost no CPU until its timeout, while its processes waited for one."""
+        wall = time.monotonic() - start
+        cpu = STARVED_CPU_SHARE * wall
+        wait = STARVED_WAIT_SHARE * wall
+        return ExecExit(-9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=cpu)
 
-    def _run_steps(self, steps: tuple[_Step, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
-        if len(steps) == 1:
-            words, to_err = steps[0]
-            rc, out, err = self._builtin(words, req, sb)
-            return (rc, b"", out + err) if to_err else (rc, out, err)
-        rc, out, err = 0, b"", b""
-        for words, to_err in steps:
-            rc, o, e = self._builtin(words, req, sb)
-            out, err = (out, err + o + e) if to_err else (out + o, err + e)
-            if words[0] == "exit":
-                break
-        return rc, out, err
-
-    async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
+    async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes] | ExecExit:
         if self.exec_handler is not None:
             res = self.exec_handler(req.argv, req.stdin or b"", sb.files)
-            if not isinstance(res, tuple):
+            if not isinstance(res, (tuple, ExecExit)):
                 res = await res
             return res
         if req.argv[:2] == ("/bin/sh", "-c") or req.argv[:2] == ("sh", "-c"):
@@ -343,22 +304,10 @@ class FakeBackend(Backend):
 
     async def _command(self, argv: tuple[str, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
         """A tiny shell: enough commands for the contract suite and orchestration tests."""
-        if _blocks(argv[0]):
-            args = argv[1:]
-            await anyio.sleep(float(args[0]) if args else 0)
-            return 0, b"", b""
-        return self._builtin(argv, req, sb)
-
-    def _builtin(self, argv: tuple[str, ...], req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes]:
-        """The builtins that cannot wait (every one but ``sleep``)."""
-        cmd = argv[0]
-        if cmd == "true":
-            return 0, b"", b""
-        if "/" in cmd:
-            if cmd.rsplit("/", 1)[-1] not in _BUILTINS:
-                return 127, b"", f"{cmd}: No such file or directory\n".encode()
-            cmd = cmd.rsplit("/", 1)[-1]
-        args = argv[1:]
+        cmd, args = argv[0], argv[1:]
+        if "/" in cmd and cmd.rsplit("/", 1)[-1] not in _BUILTINS:
+            return 127, b"", f"{cmd}: No such file or directory\n".encode()
+        cmd = cmd.rsplit("/", 1)[-1]
         if cmd == "true":
             return 0, b"", b""
         if cmd == "false":
@@ -379,6 +328,9 @@ class FakeBackend(Backend):
                     return 1, b"", f"cat: {args[0]}: No such file or directory\n".encode()
                 return 0, data, b""
             return 0, req.stdin or b"", b""
+        if cmd == "sleep":
+            await anyio.sleep(float(args[0]) if args else 0)
+            return 0, b"", b""
         if cmd == "exit":
             return int(args[0]) if args else 0, b"", b""
         if cmd == "yes":

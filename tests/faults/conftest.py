@@ -1,35 +1,35 @@
-"""Fixtures for the fault suite: short client-side deadlines, and the invariants every seed must keep.
+"""Fixtures for the fault suite: virtual time, and the invariants every seed must keep.
 
-The library's grace periods (``EXEC_GRACE_SECONDS``: how long past an exec's own
-timeout the client waits for a backend that stopped answering;
-``STOP_TIMEOUT_SECONDS``: how long a destroy may take) are 10-15 s, sized for real
-backends. Against the in-memory FakeBackend the suite shortens them, so that
-hung calls hit their deadlines within a second and dozens of seeds run in seconds.
+A module that overrides ``anyio_backend`` with ``virtual_time()`` runs on a
+looptime event loop: the loop's clock jumps ahead whenever
+every task is waiting on a timer, so deadlines and the FakeBackend's latencies
+take no wall-clock time and dozens of seeds run in well under a second each.
+Bounds are asserted on the loop's clock (``anyio.current_time()``). The sessions
+use short client-side grace periods (``TIMEOUTS``; the defaults are sized for
+real backends), so the bounds per item stay tight.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
-import pytest
+import looptime
 
-from cwsandbox_async import _sandbox, _session
+from cwsandbox_async import Timeouts
 from cwsandbox_async._errors import SandboxError
 from cwsandbox_async.gatherer._outcome import Outcome, OutcomeKind
-from cwsandbox_async.pool import _pool
 from cwsandbox_async.testing import FakeBackend
 
-#: Shortened client-side grace periods (seconds); see the module docstring.
-EXEC_GRACE = 0.2
-STOP_TIMEOUT = 0.3
+#: Short client-side grace periods: how long past an exec's own timeout the client waits for a backend
+#: that stopped answering, and how long one destroy may take.
+TIMEOUTS = Timeouts(exec_grace_seconds=0.2, stop_seconds=0.3)
 
 
-@pytest.fixture
-def short_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_sandbox, "EXEC_GRACE_SECONDS", EXEC_GRACE)
-    for module in (_sandbox, _session, _pool):
-        monkeypatch.setattr(module, "STOP_TIMEOUT_SECONDS", STOP_TIMEOUT)
+def virtual_time() -> tuple[str, dict[str, Any]]:
+    """The ``anyio_backend`` of a module whose tests run in virtual time (see the module docstring)."""
+    return "asyncio", {"loop_factory": looptime.new_event_loop}
 
 
 def tasks_now() -> int:

@@ -10,7 +10,6 @@ exactly those.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -19,7 +18,9 @@ import pytest
 from cwsandbox_async import SandboxDefaults, SandboxNotRunningError, Session, as_completed, gather
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
-from .conftest import alive_ids, check_outcomes, tasks_now
+from .conftest import TIMEOUTS, alive_ids, check_outcomes, tasks_now, virtual_time
+
+anyio_backend = pytest.fixture(virtual_time)
 
 SEEDS = range(20)
 FAULTS = Faults(
@@ -65,14 +66,13 @@ def make_backend(seed: int) -> FakeBackend:
     )
 
 
-@pytest.mark.usefixtures("short_deadlines")
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_gather_with_fresh_sandboxes_under_seeded_faults(seed: int) -> None:
     be = make_backend(seed)
     tags = ("faults", f"gather-seed-{seed}")
     defaults = SandboxDefaults(tags=tags, create_timeout_seconds=0.3, operation_timeout_seconds=0.3)
     tasks0 = tasks_now()
-    async with Session(defaults, backend=be, handle_signals=False) as s:
+    async with Session(defaults, backend=be, handle_signals=False, timeouts=TIMEOUTS) as s:
         keys = list(range(50))
         with anyio.fail_after(30):
             outcomes = await gather({i: item(s, i) for i in keys}, limit=12)
@@ -82,14 +82,14 @@ async def test_gather_with_fresh_sandboxes_under_seeded_faults(seed: int) -> Non
 
         # Leave early: the items still running are cancelled, within a bound, and clean up.
         seen = 0
-        start = time.monotonic()
+        start = anyio.current_time()
         async with as_completed({i: item(s, i) for i in range(100, 150)}, limit=12) as results:
             async for outcome in results:
                 seen += 1
                 assert outcome.ok or outcome.infra_failure, repr(outcome.error)
                 if seen == 10:
                     break
-        assert time.monotonic() - start < ITEM_BOUND * 2
+        assert anyio.current_time() - start < ITEM_BOUND * 2
         assert s.sandboxes == []
     assert alive_ids(be) == be.lost
     assert tasks_now() == tasks0
@@ -101,7 +101,9 @@ async def test_gather_with_fresh_sandboxes_under_seeded_faults(seed: int) -> Non
 
 async def test_an_error_inside_a_process_block_reaches_the_caller_unwrapped() -> None:
     """``p.wait()`` "raises as Sandbox.exec would": a dead sandbox is a SandboxNotRunningError, not a group."""
-    async with Session(backend=FakeBackend(faults=Faults(death_mid_exec=1.0)), handle_signals=False) as s:
+    async with Session(
+        backend=FakeBackend(faults=Faults(death_mid_exec=1.0)), handle_signals=False, timeouts=TIMEOUTS
+    ) as s:
         sb = await s.sandbox()
         with pytest.raises(SandboxNotRunningError):
             async with sb.process(["echo", "x"]) as p:

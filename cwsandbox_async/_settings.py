@@ -1,0 +1,53 @@
+"""``Timeouts``: every client-side timeout and budget of a ``Session``, in one place.
+
+Per-sandbox deadlines (how long a create, an exec or a file transfer may take)
+are ``SandboxDefaults`` fields, overridable per sandbox and per call. What is
+here bounds the library's own work around them: the grace it gives a backend
+past an exec's timeout, how long one stop may take, and how long and how wide a
+whole close is. Pools and backends never add budgets of their own on top: a
+close is bounded by ``close_seconds`` all the way down (see ``_budget``).
+
+One rule for every timeout of the library: ``None`` means the default; a
+timeout must be a positive number of seconds; ``0``, negatives and NaN raise
+``SandboxValidationError``. ``math.inf`` ("no limit") is accepted only where a
+limit is optional: nowhere here, since a close that may hang is a leak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import cast
+
+from ._validate import validate_count, validate_timeout
+
+__all__ = ["Timeouts"]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The client-side timeouts and budgets of a ``Session`` (``Session(timeouts=Timeouts(...))``).
+
+    Raises ``SandboxValidationError`` for a value that breaks the rule in the
+    module docstring; a field given as ``None`` takes its default.
+    """
+
+    #: How long past an exec's own timeout the client waits before it calls the backend stuck
+    #: (``SandboxTimeoutError``, infrastructure). The backend kills the command at its timeout itself.
+    exec_grace_seconds: float = 10.0
+    #: How long stopping one sandbox may take (the backend's destroy) before it is abandoned and logged.
+    stop_seconds: float = 15.0
+    #: How long a whole ``Session`` close may take: its pools, every sandbox, the backend. Nothing
+    #: below opens a budget of its own, so the close returns within this bound (plus scheduling).
+    close_seconds: float = 60.0
+    #: Sandboxes stopped at once when a session closes.
+    close_concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int":
+                checked: float = validate_count(value, f.name, default=cast(int, f.default))
+            else:
+                checked = validate_timeout(value, f.name, default=cast(float, f.default))
+            object.__setattr__(self, f.name, checked)

@@ -1,0 +1,98 @@
+"""SIGTERM twice during close: the driver still closes within its bound, leaves nothing, and dies of SIGTERM.
+
+A real driver process on the local backend. The first SIGTERM cancels the
+session's body; while the session closes (a closer that takes a second stands
+for a pool letting its leases finish), a second SIGTERM arrives. It must not cut
+the close short: every sandbox is stopped (no process, no registry entry, no
+cgroup left), the close ends within ``Timeouts.close_seconds``, and the process
+then exits by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import textwrap
+import time
+import uuid
+
+import anyio
+from local.conftest import exists, local_session, requires_isolation
+
+from cwsandbox_async.backends.local._registry import pid_alive
+
+pytestmark = requires_isolation
+
+CLOSE_SECONDS = 6.0
+CLOSER_SECONDS = 1.0
+
+DRIVER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import anyio
+    import cwsandbox_async as cwa
+
+    async def main():
+        tag, close_seconds, closer_seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+        timeouts = cwa.Timeouts(close_seconds=close_seconds)
+        async with cwa.Session(cwa.SandboxDefaults(tags=(tag,)), backend="local", timeouts=timeouts) as s:
+            boxes = [await s.sandbox() for _ in range(3)]
+
+            async def slow_closer():  # like a pool letting its leases finish
+                print("closing", flush=True)
+                with s.close_budget.shielded():
+                    await anyio.sleep(closer_seconds)
+
+            s.add_closer(slow_closer)
+            inner = s.backend._boxes
+            print(json.dumps({
+                "ids": [b.sandbox_id for b in boxes],
+                "pids": [inner[b.sandbox_id].pid for b in boxes],
+                "cgroups": [p for b in boxes for p in (inner[b.sandbox_id].cgroup.paths
+                            if inner[b.sandbox_id].cgroup else [])],
+            }), flush=True)
+            await anyio.sleep_forever()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_second_sigterm_during_close_neither_cuts_it_short_nor_leaks() -> None:
+    tag = f"sigterm-{uuid.uuid4().hex[:8]}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        DRIVER,
+        tag,
+        str(CLOSE_SECONDS),
+        str(CLOSER_SECONDS),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(60):
+            info = json.loads(await proc.stdout.readline())
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        with anyio.fail_after(10):
+            assert (await proc.stdout.readline()).strip() == b"closing"
+        proc.send_signal(signal.SIGTERM)  # during the close
+        with anyio.fail_after(CLOSE_SECONDS + 10):
+            code = await proc.wait()
+        took = time.monotonic() - signalled
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.stderr is not None
+    stderr = (await proc.stderr.read()).decode(errors="replace")
+    assert code == -signal.SIGTERM, stderr
+    assert CLOSER_SECONDS <= took < CLOSE_SECONDS + 2, f"the close took {took:.2f} s"
+    assert not any(pid_alive(pid, None) for pid in info["pids"]), "a sandbox process outlived the close"
+    assert not any(exists(p) for p in info["cgroups"]), "a sandbox cgroup outlived the close"
+    async with local_session(tag) as s:
+        assert await s.list([tag]) == [], "a registry entry outlived the close"
