@@ -28,7 +28,7 @@ import cwsandbox_async as cwa
 from cwsandbox_async.backends.local._registry import pid_alive
 from cwsandbox_async.testing import FakeBackend
 
-CLOSE_SECONDS = 6.0
+CLOSE_SECONDS = 10.0
 CLOSER_SECONDS = 1.0
 
 DRIVER = textwrap.dedent(
