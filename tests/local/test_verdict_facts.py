@@ -142,7 +142,10 @@ async def test_daemons_that_left_the_process_group_still_count(backend: LocalBac
 
 
 async def test_a_program_starved_by_a_neighbour_shows_run_queue_wait(backend: LocalBackend, tag: str) -> None:
-    victim, hog = await new_box(backend, tag), await new_box(backend, tag)
+    # Every sandbox has its own CPU group, so a neighbour sandbox starves another only with a far bigger
+    # weight (equal weights share the CPU: the fairness protection, tests/local/test_cgroups.py).
+    heavy = LocalBackend(cpu_weight=10000)
+    victim, hog = await new_box(backend, tag), await new_box(heavy, tag)
     try:
         procs = " ".join(f"python3 -c '{BUSY.format(s=8)}' &" for _ in range(12))
         async with anyio.create_task_group() as tg:
@@ -154,7 +157,8 @@ async def test_a_program_starved_by_a_neighbour_shows_run_queue_wait(backend: Lo
         assert r.cpu_wait_seconds > 0.25 * r.wall_seconds, r
     finally:
         await backend.destroy(victim.sid)
-        await backend.destroy(hog.sid)
+        await heavy.destroy(hog.sid)
+        await heavy.aclose()
 
 
 # -- exclusive ----------------------------------------------------------------------------------------
