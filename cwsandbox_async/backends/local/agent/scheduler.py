@@ -292,7 +292,7 @@ class Scheduler(Supervisor):
                 out.append(time.monotonic() + _EXCLUSIVE_POLL)
         if (self.queue or self.active()) and not self.idle and not self.starting:
             out.append(max(time.monotonic() + 0.002, self.refill_after))
-        elif self.idle and not self.execs:
+        elif self.trimmable():
             out.append(self.last_exec + self.settings.idle_trim)
         return out
 

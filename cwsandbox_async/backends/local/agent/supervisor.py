@@ -208,15 +208,20 @@ class Supervisor:
         """A request arrived within the last ``idle_trim`` seconds (then a spare worker is kept)."""
         return self.served and (bool(self.execs) or time.monotonic() < self.last_exec + self.settings.idle_trim)
 
+    def trimmable(self) -> list[WorkerHandle]:
+        """The idle workers ``maintain`` retires once the sandbox is idle (none while an exec runs)."""
+        if self.execs:
+            return []
+        keep = None if self.template_sock is not None else next((h for h in self.idle if not h.dirty), None)
+        return [h for h in self.idle if h is not keep]
+
     def maintain(self, idle: bool, now: float) -> None:
         """Keep one spare worker while requests come; after ``idle_trim`` without any, retire every idle
         worker (the template births the next one in about a millisecond; an idle sandbox then holds
         only the agent and the template). Without a live template one clean worker is kept."""
-        if self.idle and not self.execs and now >= self.last_exec + self.settings.idle_trim:
-            keep = None if self.template_sock is not None else next((h for h in self.idle if not h.dirty), None)
-            for handle in list(self.idle):
-                if handle is not keep:
-                    self.retire(handle)
+        if self.trimmable() and now >= self.last_exec + self.settings.idle_trim:
+            for handle in self.trimmable():
+                self.retire(handle)
         spare = idle and self.active() and not self.idle and not self.starting and now >= self.refill_after
         if spare and not self.request_worker():  # at the pids limit (a fork bomb?): try again later
             self.refill_after = now + self.settings.refill_pause
