@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 
 import cwsandbox_async as cwa
-from cwsandbox_async.backends.local import _backend as local_backend
 from cwsandbox_async.backends.local._bwrap import SANDBOX_PATH
 
 from . import _procstat as ps
@@ -29,7 +28,8 @@ EXEC_LIMIT = 64
 SETTLE_SECONDS = 2.0
 #: A bare interpreter that says it is up, then idles until its stdin closes.
 READY = "import sys;sys.stdout.write('r');sys.stdout.flush();sys.stdin.read()"
-ROLES = {0: "bwrap", 1: "agent", 2: "workers"}
+#: Depth in a sandbox's process tree -> role (the agent is the sandbox's first process, born from the template).
+ROLES = {0: "agent", 1: "template and workers", 2: "commands"}
 
 
 def ms(stats: dict[str, float]) -> dict[str, float]:
@@ -78,7 +78,7 @@ def memory_report(totals: ps.MemTotals, n: int) -> dict[str, Any]:
 
 
 async def host_baseline(python3: str, n: int) -> dict[str, Any]:
-    """``n`` bare ``python3 -I`` processes started ``CREATE_LIMIT`` at a time, then idle."""
+    """``n`` bare ``python3 -I -S`` processes started ``CREATE_LIMIT`` at a time, then idle."""
     procs: list[asyncio.subprocess.Process] = []
     latencies: list[float] = []
     limiter = anyio.CapacityLimiter(CREATE_LIMIT)
@@ -87,7 +87,7 @@ async def host_baseline(python3: str, n: int) -> dict[str, Any]:
         async with limiter:
             t = time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
-                python3, "-I", "-c", READY, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+                python3, "-I", "-S", "-c", READY, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
             )
             procs.append(proc)
             assert proc.stdout is not None
@@ -119,7 +119,7 @@ async def host_baseline(python3: str, n: int) -> dict[str, Any]:
 
 
 def roots_of(session: cwa.Session, sandboxes: list[cwa.Sandbox]) -> tuple[list[int], list[str]]:
-    """The root pid (bwrap) and cgroup directories of each sandbox (a peek into the local backend)."""
+    """The root pid (the agent) and cgroup directories of each sandbox (a peek into the local backend)."""
     boxes = getattr(session.backend, "_boxes", {})
     pids: list[int] = []
     cgroups: list[str] = []
@@ -189,7 +189,9 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
     if watcher == "pidfd":
         watcher = use_pidfd_watcher()
     python3 = shutil.which("python3", path=SANDBOX_PATH) or "python3"
-    print(f"host baseline: {min(n, 200)} bare `{python3} -I` processes, {CREATE_LIMIT} started at a time", flush=True)
+    print(
+        f"host baseline: {min(n, 200)} bare `{python3} -I -S` processes, {CREATE_LIMIT} started at a time", flush=True
+    )
     host = await host_baseline(python3, min(n, 200))
     print(
         f"  {host['create_per_s']:.1f} started/s; PSS {host['memory']['pss_mib']:.2f} MiB, "
@@ -283,7 +285,7 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
             )
         await anyio.sleep(SETTLE_SECONDS)
         soon = memory_report(await anyio.to_thread.run_sync(ps.measure_trees, roots), k)
-        trim = float(getattr(local_backend, "WORKER_IDLE_TRIM_SECONDS", 0.0))
+        trim = float(backend.options.worker_idle_trim)
         await anyio.sleep(trim + 1.0 - SETTLE_SECONDS if trim else 0)
         after = memory_report(await anyio.to_thread.run_sync(ps.measure_trees, roots), k)
         out["after_exec"] = {"memory_soon": soon, "memory": after, "worker_idle_trim_s": trim}

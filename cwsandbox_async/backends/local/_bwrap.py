@@ -323,12 +323,3 @@ def sandbox_env(working_dir: str) -> dict[str, str]:
     (``agent.harden.SANDBOX_ENV``): one exec cannot plant a ``.pth`` that runs in later ones.
     """
     return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **harden.SANDBOX_ENV}
-
-
-def unshare_argv(unshare: str, network: bool, command: Sequence[str]) -> list[str]:
-    """The ``unshare`` (util-linux) command line: new namespaces; the agent sets up the mounts itself."""
-    args = [unshare, "--user", "--map-root-user", "--mount", "--pid", "--fork", "--ipc", "--uts", "--cgroup"]
-    if not network:
-        args.append("--net")
-    args += ["--kill-child"]
-    return [*args, *command]

@@ -13,6 +13,8 @@ Every sandbox gets a group in each usable controller, whatever its limits:
   when ``cpu_weight`` is set, else the kernel's default; a quota (``cfs_quota_us`` / ``cpu.max``)
   only when ``Resources.cpu`` asks for one.
 - **pids**: ``pids.max`` for the whole sandbox (its machinery included).
+- **cpuacct** (v1; v2's ``cpu.stat`` is always there): the CPU time of everything in the sandbox,
+  read by the agent (``sandbox_cpu``) to tell a starved program from a busy one.
 - **memory**: the sandbox group holds the agent, unlimited by the commands' limit; the commands run
   in the child ``cmd`` with ``Resources.memory_mib`` (swap off): a program's memory use kills the
   program, never the agent. v1: ``<memory>/S`` (agent) and ``<memory>/S/cmd``; v2, where a group
@@ -36,7 +38,7 @@ from ..._log import log
 __all__ = ["PREFIX", "CgroupManager", "SandboxCgroup", "is_our_cgroup", "process_tree"]
 
 PREFIX = "cwsandbox_async-"
-CONTROLLERS = ("pids", "memory", "cpu")
+CONTROLLERS = ("pids", "memory", "cpu", "cpuacct")
 CPU_PERIOD_US = 100_000
 #: v1 ``cpu.shares`` for the v2 default weight (100).
 SHARES_PER_WEIGHT = 1024 / 100
@@ -132,6 +134,8 @@ class SandboxCgroup:
     command_dirs: list[str] = field(default_factory=list)
     #: The commands' OOM counters: v2 ``memory.events``, v1 ``memory.oom_control``.
     events: str | None = None
+    #: CPU time of the whole sandbox: v1 ``cpuacct.usage`` (ns), v2 ``cpu.stat`` (``usage_usec``).
+    cpu_usage: str | None = None
     enforced: dict[str, str] = field(default_factory=dict)
 
     def attach(self, pid: int) -> None:
@@ -139,20 +143,26 @@ class SandboxCgroup:
         for path in (*self.agent_dirs, *self.command_dirs):
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
-    def open_fds(self) -> tuple[list[int], list[int], int | None]:
-        """Fds for the newborn: ``cgroup.procs`` of the agent's and the commands' groups (write-only),
-        and the OOM counters (read-only). All CLOEXEC; the caller closes them. ``OSError`` on failure."""
-        opened: list[int] = []
+    def open_fds(self) -> dict[str, list[int]]:
+        """Fds for the newborn, by name: ``join`` (write-only ``cgroup.procs`` of the agent's groups),
+        ``cmd_procs`` (the same for the commands' groups), ``cmd_events`` (the commands' OOM counters)
+        and ``sandbox_cpu`` (the sandbox's CPU time), read-only; empty lists where there are none.
+        All CLOEXEC; the caller closes them. ``OSError`` on failure (nothing left open)."""
+        out: dict[str, list[int]] = {"join": [], "cmd_procs": [], "cmd_events": [], "sandbox_cpu": []}
+        wanted = [
+            *(("join", os.path.join(p, "cgroup.procs"), os.O_WRONLY) for p in self.agent_dirs),
+            *(("cmd_procs", os.path.join(p, "cgroup.procs"), os.O_WRONLY) for p in self.command_dirs),
+            *((("cmd_events", self.events, os.O_RDONLY),) if self.events else ()),
+            *((("sandbox_cpu", self.cpu_usage, os.O_RDONLY),) if self.cpu_usage else ()),
+        ]
         try:
-            for path in (*self.agent_dirs, *self.command_dirs):
-                opened.append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
-            events = os.open(self.events, os.O_RDONLY | os.O_CLOEXEC) if self.events else None
+            for name, path, mode in wanted:
+                out[name].append(os.open(path, mode | os.O_CLOEXEC))
         except OSError:
-            for fd in opened:
+            for fd in (fd for fds in out.values() for fd in fds):
                 os.close(fd)
             raise
-        n = len(self.agent_dirs)
-        return opened[:n], opened[n:], events
+        return out
 
     def pids(self) -> set[int]:
         out: set[int] = set()
@@ -252,6 +262,20 @@ class CgroupManager:
     def _writable(path: str) -> bool:
         return os.path.isdir(path) and os.access(path, os.W_OK)
 
+    def planned(self, sandbox_id: str) -> list[str]:
+        """The directories ``create`` would make for ``sandbox_id`` (for the registry, before they exist)."""
+        if self.version == "v2":
+            top = os.path.join(next(iter(self.parents.values())), PREFIX + sandbox_id)
+            kids = [os.path.join(top, c) for c in (AGENT_CHILD, COMMAND_CHILD)] if "memory" in self.parents else []
+            return [*kids, top]
+        tops = sorted({os.path.join(parent, PREFIX + sandbox_id) for parent in self.parents.values()})
+        memory = (
+            [os.path.join(self.parents["memory"], PREFIX + sandbox_id, COMMAND_CHILD)]
+            if "memory" in self.parents
+            else []
+        )
+        return [*memory, *tops]
+
     def create(
         self, sandbox_id: str, *, pids: int | None, memory_bytes: int | None, cpu: float | None
     ) -> SandboxCgroup | None:
@@ -297,6 +321,8 @@ class CgroupManager:
                     self._set(cmd, "memory.memsw.limit_in_bytes", str(memory))
         if pids is not None and "pids" in dirs and self._set(dirs["pids"], "pids.max", str(pids)):
             cg.enforced["pids"] = "cgroup-v1"
+        if "cpuacct" in dirs:
+            cg.cpu_usage = os.path.join(dirs["cpuacct"], "cpuacct.usage")
         if "cpu" in dirs:
             cg.enforced["cpu_share"] = "cgroup-v1"
             if self.cpu_weight is not None:
@@ -325,6 +351,7 @@ class CgroupManager:
             cg.agent_dirs.append(top)
         if pids is not None and "pids" in self.parents and self._set(top, "pids.max", str(pids)):
             cg.enforced["pids"] = "cgroup-v2"
+        cg.cpu_usage = os.path.join(top, "cpu.stat")
         if "cpu" in self.parents:
             cg.enforced["cpu_share"] = "cgroup-v2"
             if self.cpu_weight is not None:

@@ -33,7 +33,9 @@ class LocalOptions:
     these settings only decide when the backend escalates, never extend a caller's budget.
 
     - ``exit_grace_seconds`` (0.5): how long ``destroy`` lets the agent exit by itself (killing
-      its commands) before it SIGKILLs the sandbox.
+      its commands) before it SIGKILLs it, where the agent is not PID 1 of the sandbox
+      (``isolation="none"``); a template-born sandbox is SIGKILLed at once (the kernel then kills
+      everything in its pid namespace).
     - ``worker_idle_trim_seconds`` (5.0): seconds without an exec after which a sandbox's agent
       keeps only one idle worker.
     - ``plain_file_timeout_seconds`` (60.0): the timeout of the ``cat`` that reads or writes a
@@ -104,8 +106,13 @@ def check_options(
         raise SandboxValidationError(f"cpu_weight must be an int from 1 to 10000 (or None); got {cpu_weight!r}")
     if isolation not in ISOLATION_LEVELS:
         raise SandboxValidationError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}; got {isolation!r}")
-    if agent not in AGENT_KINDS or (agent == "plain" and isolation not in ("auto", "bwrap")):
-        raise SandboxValidationError(f"agent must be one of {', '.join(AGENT_KINDS)} (plain needs bwrap)")
+    if agent not in AGENT_KINDS:
+        raise SandboxValidationError(f"agent must be one of {', '.join(AGENT_KINDS)}; got {agent!r}")
+    if (agent == "plain" and isolation == "unshare") or (agent == "python" and isolation == "bwrap"):
+        raise SandboxValidationError(
+            "the agent runs in template-born sandboxes (isolation='unshare'); with isolation='bwrap' every exec "
+            f"is its own bwrap and there is no agent (agent='plain'); got isolation={isolation!r}, agent={agent!r}"
+        )
     if host_uid != "auto" and host_uid is not None and (isinstance(host_uid, bool) or not isinstance(host_uid, int)):
         raise SandboxValidationError("host_uid must be 'auto', None or a positive int")
     if isinstance(host_uid, int) and (host_uid <= 0 or os.geteuid() != 0):

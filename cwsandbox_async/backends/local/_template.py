@@ -2,10 +2,11 @@
 
 ``Template.start`` runs ``python3 -I -S agent/_rootfs.py cwsandbox-zygote <fd>`` once per backend:
 the template builds the sandboxes' read-only root view and preloads the agent, then waits on its
-control socket (``AF_UNIX``, ``SOCK_SEQPACKET``). ``Template.birth`` asks it for one sandbox: it
-sends ``F`` with the newborn's channel socket and stderr pipe as SCM_RIGHTS, then writes the birth
-configuration (and the cgroup fds) to the channel itself, so the template never sees it, and waits
-for the newborn's ``B`` record carrying a pidfd of the sandbox's first process.
+control socket (``AF_UNIX``, ``SOCK_SEQPACKET``). ``Template.fork`` asks it for one sandbox: it
+sends ``F`` with the newborn's channel socket and stderr pipe as SCM_RIGHTS; ``Template.deliver``
+then writes the birth configuration (and the cgroup fds) to the channel itself, so the template
+never sees it, and waits for the newborn's ``B`` record carrying a pidfd of its first process.
+The two are separate so the driver prepares the sandbox's cgroups while the template forks.
 
 Why this design (measured on a 2-core VM, Python 3.11, in one run each; see
 ``benchmarks/results.d/local-zygote.md`` for the commands):
@@ -23,7 +24,7 @@ sandbox its own (bwrap maps a single uid). Nothing in the template's memory ever
 request: it reads nothing but ``F``.
 
 Failures: ``start`` raises ``SandboxBackendUnavailableError`` with the template's error output;
-``birth`` raises ``SandboxCreationError`` with the newborn's error output (or ``OSError`` for the
+``fork``/``deliver`` raise ``SandboxCreationError`` with the newborn's error output (or ``OSError`` for the
 driver's own socket calls). Neither opens a deadline of its own: the caller's scope bounds them.
 """
 
@@ -49,7 +50,7 @@ from ..._errors import SandboxBackendUnavailableError, SandboxCreationError
 from ..._log import log
 from ._threads import Blocking
 
-__all__ = ["AGENT_DIR", "Newborn", "Template"]
+__all__ = ["AGENT_DIR", "Newborn", "Template", "pidfd_pid"]
 
 #: The in-sandbox package, bound read-only into every sandbox.
 AGENT_DIR = str(Path(__file__).resolve().parent / "agent")
@@ -179,17 +180,17 @@ class Template:
             pass
         return out.decode("utf-8", "replace").strip()[-2000:]
 
-    async def birth(self, payload: bytes, fds: list[int], newborn: Newborn) -> None:
-        """Birth one sandbox into ``newborn``: send ``F``, then ``payload`` (+ ``fds``) on its own channel.
+    async def fork(self, newborn: Newborn) -> None:
+        """Ask the template for a newborn: ``F`` with its channel and stderr pipe (``newborn.sock``/``stderr``).
 
-        Returns once the ``B`` record arrived (``newborn.pidfd``/``pid`` set). The caller closes
-        ``fds``, and ``newborn`` when anything fails.
+        The newborn then waits for its configuration (``deliver``); it exits if the channel closes first.
         """
         ctl = self._ctl
         if ctl is None or not self.alive:
             raise SandboxCreationError("the sandbox template is not running", reason="template")
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         newborn.sock = mine
+        mine.setblocking(False)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         newborn.stderr = err_r
         try:
@@ -197,7 +198,15 @@ class Template:
         finally:
             theirs.close()
             os.close(err_w)
-        mine.setblocking(False)
+
+    async def deliver(self, newborn: Newborn, payload: bytes, fds: list[int]) -> None:
+        """Send the newborn its configuration (and ``fds``), then wait for its ``B`` record.
+
+        Returns once it arrived (``newborn.pidfd`` set; ``newborn.pid`` is filled in by the caller,
+        off the loop: ``pidfd_pid``). The caller closes ``fds``, and ``newborn`` when anything fails.
+        """
+        mine = newborn.sock
+        assert mine is not None
         await _sendmsg(mine, payload, fds)
         await anyio.wait_readable(mine)
         try:
@@ -211,7 +220,6 @@ class Template:
                 os.close(fd)
             raise SandboxCreationError(f"the sandbox was not born: {self._newborn_error(newborn)}", reason="birth")
         newborn.pidfd = got[0]
-        newborn.pid = _pidfd_pid(got[0])
 
     def _newborn_error(self, newborn: Newborn) -> str:
         out = b""
@@ -282,7 +290,7 @@ async def _sendmsg(sock: socket.socket, data: bytes, fds: list[int]) -> None:
         await asyncio.get_running_loop().sock_sendall(sock, data[sent:])
 
 
-def _pidfd_pid(pidfd: int) -> int | None:
+def pidfd_pid(pidfd: int) -> int | None:
     """The pid (in this process's namespace) a pidfd refers to, from ``/proc/self/fdinfo``."""
     try:
         with open(f"/proc/self/fdinfo/{pidfd}") as f:

@@ -168,23 +168,42 @@ def _dev(path: str) -> None:
     os.mkdir(f"{path}/pts")
 
 
-def build_root(plan: list[list[Any]], root: str) -> None:
+def open_sources(plan: list[list[Any]]) -> dict[str, int]:
+    """O_PATH fds of the plan's bind sources, opened before the stage hides anything (it is a tmpfs on
+    ``STAGE``, and a source may live under it: a checkout or a virtualenv in /tmp) and before the
+    template drops to its own uid. Missing ones are left out."""
+    out: dict[str, int] = {}
+    for step in plan:
+        if step[0] == "ro" and step[1] not in out:
+            try:
+                out[step[1]] = os.open(step[1], os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+    return out
+
+
+def build_root(plan: list[list[Any]], root: str, sources: dict[str, int]) -> None:
     """Build the template's root file system under ``root`` from ``plan`` (see ``_bwrap.template_plan``).
 
-    Steps: ``["ro", host path, path]`` (read-only recursive bind), ``["symlink", target, path]``,
-    ``["dev", path]``, ``["proc", path]``, ``["tmpfs", path, size, mode, read_only]``, ``["null", path]``
-    (a file masked by /dev/null) and ``["dir", path]`` (a mount point for a newborn's own mount).
+    Steps: ``["ro", host path, path]`` (read-only recursive bind, from ``sources``, see ``open_sources``),
+    ``["symlink", target, path]``, ``["dev", path]``, ``["proc", path]``, ``["tmpfs", path, size, mode,
+    read_only]``, ``["null", path]`` (a file masked by /dev/null) and ``["dir", path]`` (a mount point for
+    a newborn's own mount).
     """
     dev_path = None
     for step in plan:
         kind = step[0]
         dst = root + (step[2] if kind in ("ro", "symlink") else step[1])
         if kind == "ro":
-            if os.path.isdir(step[1]):
+            fd = sources.get(step[1])
+            if fd is None:
+                continue  # gone since the driver made the plan
+            src = f"/proc/self/fd/{fd}"
+            if os.path.isdir(src):
                 os.makedirs(dst, exist_ok=True)
             else:
                 _touch(dst)
-            mount(step[1], dst, None, MS_BIND | MS_REC)
+            mount(src, dst, None, MS_BIND | MS_REC)
             remount_ro(dst, recursive=True)
         elif kind == "symlink":
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -266,9 +285,14 @@ def main(argv: list[str]) -> None:
     config = json.loads(ctl.recv(1 << 20))
     try:
         enter_userns(config)
+        unshare(CLONE_NEWNS)
+        # Opened in the template's mount namespace (a bind source must be a mount of the caller's own)
+        # but still with the driver's file system uid: the template's own uid (unprivileged when the
+        # driver is root) may not reach a package or interpreter under, say, a 0700 home directory.
+        sources = open_sources(config["plan"])
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
-        unshare(CLONE_NEWNS | CLONE_NEWPID)
+        unshare(CLONE_NEWPID)
         zygote = os.fork()
     except BaseException:
         _fatal()
@@ -283,8 +307,10 @@ def main(argv: list[str]) -> None:
         root = STAGE + "/root"
         os.mkdir(root)
         tmpfs(root, int(config.get("root_bytes") or 8 << 20), 0o755)
-        build_root(config["plan"], root)
+        build_root(config["plan"], root, sources)
         pivot_into(root)
+        for fd in sources.values():
+            os.close(fd)
         sys.path[:0] = [AGENT_ROOT]
         import importlib
 
