@@ -248,6 +248,8 @@ class Scheduler(Supervisor):
                 else:
                     self.retire(handle)
         self.schedule()
+        while len(self.idle) > self.settings.max_idle_workers:  # born for a burst that is over
+            self.retire(self.idle[0])
 
     def set_status(self, ex: Exec, rc: int, cpu: float, flags: int, wait: float | None) -> None:
         if ex.status is not None:
