@@ -194,12 +194,20 @@ class Scheduler(Supervisor):
             handle.dirty = True
         if self.oom.enabled:
             ex.oom_before = self.oom.read()
-        ex.sandbox_cpu = self.sandbox_cpu.read()
+        if self.sandbox_cpu.exact:
+            self.start_reading(ex, now)
+        else:  # see proctree.SandboxCpu: read a little later, only for execs still running by then
+            ex.sandbox_cpu, ex.sandbox_cpu_at = None, now + self.settings.sandbox_cpu_delay
         others = [e for e in self.execs.values() if e is not ex and e.running]
         for e in (ex, *others) if others else ():
             e.overlapped = True
         if not ok:  # the worker is gone; its reaping gives the exec to another
             self.retire(handle)
+
+    def start_reading(self, ex: Exec, now: float) -> None:
+        """The sandbox's CPU at (about) ``ex``'s start; no reading at all when it cannot be read."""
+        value = self.sandbox_cpu.read()
+        ex.sandbox_cpu, ex.sandbox_cpu_at = value, (now if value is not None else None)
 
     def requeue(self, ex: Exec) -> None:
         """``ex`` never started (its worker did not acknowledge): give it to another worker, fresh."""
@@ -255,8 +263,12 @@ class Scheduler(Supervisor):
         if ex.status is not None:
             return
         ex.status = (rc, cpu, flags, wait)
-        now_cpu = self.sandbox_cpu.read()
-        ex.sandbox_cpu = None if now_cpu is None or ex.sandbox_cpu is None else round(now_cpu - ex.sandbox_cpu, 6)
+        start = ex.sandbox_cpu
+        now_cpu = self.sandbox_cpu.read() if start is not None else None
+        if start is None or now_cpu is None or ex.sandbox_cpu_at is None:
+            ex.sandbox_cpu = None
+        else:  # plus what the sandbox could have used before a late start reading (an overestimate)
+            ex.sandbox_cpu = round(now_cpu - start + (ex.sandbox_cpu_at - ex.start) * self.cpus, 6)
         if self.exclusive is ex:
             self.exclusive = None
         ex.eof_deadline = time.monotonic() + self.settings.eof_grace
@@ -290,6 +302,8 @@ class Scheduler(Supervisor):
                 out.append(ex.eof_deadline)
             elif ex.handle is not None:
                 out.append(ex.deadline if ex.acked else ex.ack_deadline)
+                if ex.sandbox_cpu is None and ex.sandbox_cpu_at is not None:
+                    out.append(ex.sandbox_cpu_at)
             elif ex.wait_until is not None:
                 out.append(time.monotonic() + _EXCLUSIVE_POLL)
         if (self.queue or self.active()) and not self.idle and not self.starting:
@@ -301,6 +315,8 @@ class Scheduler(Supervisor):
     def check_deadlines(self, now: float) -> None:
         for ex in list(self.execs.values()):
             handle = ex.handle
+            if ex.running and ex.sandbox_cpu is None and ex.sandbox_cpu_at is not None and now >= ex.sandbox_cpu_at:
+                self.start_reading(ex, now)
             if ex.eof_deadline is not None:
                 if now >= ex.eof_deadline:
                     for which_stream in (0, 1):
