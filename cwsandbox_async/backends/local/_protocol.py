@@ -3,7 +3,9 @@
 The frame format and its constants live in ``agent.protocol`` (shared with the
 agent) and are re-exported here for the driver side (``_channel``).
 
-A new agent is started as ``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``.
+Template-born sandboxes import the agent package from the zygote (``agent/_zygote``). An
+unisolated agent (``isolation="none"``) is started as
+``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``.
 ``BOOTSTRAP`` reads ``u32 bundle length, u32 config length, bundle, config`` from
 fd 0 (or the fd given), installs a finder that serves the modules of the bundle
 (``agent_bundle``: a marshaled ``{module name: (is package, code object or

@@ -15,10 +15,10 @@ Processes inside a sandbox (all the same user; the agent is PID 1)::
      |   `- command (child)          posix_spawn of argv, or a fork that runs Python source
 
 Modules: ``main`` (entry points), ``server`` (the loop, frames, files),
-``scheduler`` (execs and workers), ``execs`` (their records), ``worker``,
-``child``, ``template``, ``proctree`` (process trees, CPU and run-queue wait),
-``oom`` (cgroup OOM counts), ``files``, ``harden`` and ``seccomp`` (birth-path
-hardening), ``nsroot`` (the old ``unshare`` fallback's file system), ``sysapi``
-(ctypes calls), ``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the
-template that births sandboxes (helper A's part).
+``scheduler`` (execs), ``supervisor`` (the template and workers), ``execs``
+(their records), ``worker``, ``child``, ``template``, ``proctree`` (process
+trees, CPU and run-queue wait), ``oom`` (cgroup OOM counts), ``files``,
+``harden`` and ``seccomp`` (birth-path hardening), ``sysapi`` (ctypes calls),
+``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the zygote that
+births sandboxes (the driver's side of birth: ``_template``, ``_born``).
 """

@@ -56,6 +56,7 @@ class Exec:
         "request",
         "rid",
         "sandbox_cpu",
+        "sandbox_cpu_at",
         "sent",
         "start",
         "status",
@@ -91,6 +92,8 @@ class Exec:
         self.oom_before = 0
         #: CPU seconds of the whole sandbox while it ran (the reading at its start until it ended)
         self.sandbox_cpu: float | None = None
+        #: when ``sandbox_cpu`` (the start reading) is due or was taken; None: no reading
+        self.sandbox_cpu_at: float | None = None
         self.overlapped = False
         self.note = ""  # why the agent ended it, if it did
         self.wait_until: float | None = None  # exclusive: give up clearing the sandbox at this time

@@ -2,21 +2,23 @@
 
 Two kinds of steps, in this order:
 
-- **Privileged steps**, run by the birth path as root of the sandbox's new user
-  namespace, after the mounts and before it drops to the sandbox user:
-  ``bound_sysv_ipc`` (SysV IPC memory lives outside every process -- a detached
-  shared memory segment stays charged to the sandbox's memory cgroup after its
-  creator died -- so removal on exit is forced and the sizes are small), then
-  ``readonly_proc_sys`` (the sandbox user maps to the namespace's owner, so without
-  it the IPC sysctls above would be writable from inside). Each raises
-  ``OSError`` when the kernel refuses; the birth path decides what that means.
+- **Privileged steps**, run by the birth path (``_zygote``): ``bound_sysv_ipc`` by the
+  newborn right after it entered a new IPC namespace while still uid 0 of the
+  template's user namespace (which then owns the IPC namespace, so the sandbox user
+  cannot change the bounds: SysV IPC memory lives outside every process -- a
+  detached shared memory segment stays charged to the sandbox's memory cgroup after
+  its creator died -- so removal on exit is forced and the sizes are small); then,
+  as root of the sandbox's own user namespace after its mounts,
+  ``readonly_proc_sys``. Each raises ``OSError`` when the kernel refuses; the birth
+  path then fails the sandbox.
 - **Unprivileged steps**, run by the agent itself first thing (``main.run``):
   ``fresh_session_keyring`` (keyrings are inherited across fork, exec and
   namespaces: without it a sandbox could read or clear its creator's session
   keyring), then the seccomp filter (``seccomp.install``), last.
 
-The file system part -- a read-only, empty ``HOME`` -- is a mount of the birth path
-(``HOME``), and ``SANDBOX_ENV`` is merged into every sandbox's environment
+The file system part -- a read-only, empty ``HOME`` -- is an empty directory of the
+template's read-only root (a read-only tmpfs on the plain path), and ``SANDBOX_ENV``
+is merged into every sandbox's environment
 (``PYTHONNOUSERSITE=1``): together they stop one exec from dropping a ``.pth``
 into ``~/.local/lib/pythonX.Y/site-packages`` that would run in every later
 ``python3`` (for example to make it exit 0).

@@ -2,9 +2,8 @@
 
 - ``boot(config, bundle)``: called by the driver's ``BOOTSTRAP`` once it loaded this
   package from ``bundle``. Depending on the configuration it becomes the agent
-  (``run``), a fresh template (``role: template``, when the agent replaces a killed
-  one), or, for the ``unshare`` fallback, first builds the sandbox's file system
-  and re-executes itself as the sandbox user (``nsroot``).
+  (``run``) or a fresh template (``role: template``, when the agent replaces a killed
+  one).
 - ``run(config, rfd, wfd, cgroup=...)``: the agent itself, on the given channel fds
   (they may be one socket). A zygote calls it in each newborn, after namespaces,
   mounts and the uid drop. ``cgroup`` holds fds the driver opened: ``cmd_procs``
@@ -183,10 +182,6 @@ def boot(config_bytes: bytes, bundle: bytes | None = None) -> NoReturn:
         config = json.loads(config_bytes) if config_bytes else {}
         if config.get("role") == "template":
             run_template(config)
-        if config.get("mounts") is not None:
-            from . import nsroot
-
-            nsroot.enter_unshared_root(config, bundle)
         cgroup = open_cgroup_paths(config["cgroup_paths"]) if config.get("cgroup_paths") else None
     except BaseException:
         import traceback

@@ -120,8 +120,12 @@ class SandboxCpu:
     other process's own and reaped children's time -- each CPU-second is in exactly
     one of those places (a process reaped between two reads can count twice: an
     overestimate, which never makes a timeout look starved). One directory listing
-    and one read per process, clock-tick resolution. Otherwise (an agent on the
-    host) ``read`` is None: no figure is better than a wrong one.
+    and one read per process, clock-tick resolution -- hundreds of microseconds
+    here, so the agent takes that start reading ``sandbox_cpu_delay`` after an
+    exec started (``exact`` is False) and adds the most the sandbox could have used
+    meanwhile: again an overestimate, and an exec shorter than that costs nothing.
+    Otherwise (an agent on the host) ``read`` is None: no figure is better than a
+    wrong one.
     """
 
     __slots__ = ("fd", "own_ns")
@@ -129,6 +133,11 @@ class SandboxCpu:
     def __init__(self, fd: int | None = None) -> None:
         self.fd = fd
         self.own_ns = os.getpid() == 1
+
+    @property
+    def exact(self) -> bool:
+        """Reading is one cheap, exact read (the cgroup's file), so take it right at an exec's start."""
+        return self.fd is not None
 
     def read(self) -> float | None:
         if self.fd is not None:

@@ -1,4 +1,4 @@
-"""The agent's execs and workers: queueing, handing out, supervising (stdlib only; see ``server``).
+"""The agent's execs: queueing, handing out, finishing (stdlib only; see ``server``).
 
 Life of an exec: ``submit`` queues it; ``schedule`` hands it to an idle worker
 (Python source only to a clean one; a worker is born from the template when none
@@ -6,11 +6,7 @@ fits) by sending the order and four fds; the worker acknowledges (else, once
 ``ack_timeout`` passed and the worker is found stopped or gone, the exec goes to
 another worker with fresh pipes); the worker reports ``DONE``; once both output
 pipes closed (or ``eof_grace`` passed) the agent sends ``DONE`` to the client.
-
-The template and the workers are the agent's children. ``reap`` waits for them
-with ``WUNTRACED``: a stopped worker is killed (its command tree is then the
-agent's, and killed as orphans), a stopped template is continued, a dead one is
-replaced by a fresh interpreter when the next worker is needed.
+How its facts are decided: ``execs``. The workers themselves: ``supervisor``.
 """
 
 from __future__ import annotations
@@ -19,13 +15,13 @@ import collections
 import os
 import selectors
 import signal
-import socket
-import sys
 import time
 
-from . import oom, proctree, sysapi, template
-from .execs import KILLED_BY_EXCLUSIVE, STOPPED_ITS_WORKER, Exec, WorkerHandle
+from . import oom, proctree
+from .execs import KILLED_BY_EXCLUSIVE, Exec, WorkerHandle
+from .files import write_all
 from .protocol import R_DONE, R_ERR, SPAWN_FAILED, pack_meta, unpack_meta
+from .supervisor import Supervisor
 from .worker import (
     D_CPU_EXCEEDED,
     D_TIMED_OUT,
@@ -38,8 +34,6 @@ from .worker import (
     W_RUN,
     WREP,
     WREQ,
-    Worker,
-    max_fd,
 )
 
 TYPE_CHECKING = False
@@ -52,138 +46,21 @@ if TYPE_CHECKING:
 _EXCLUSIVE_POLL = 0.005
 
 
-class Scheduler:
-    """State and supervision of execs, workers and the template (``server.Agent`` adds the I/O)."""
+class Scheduler(Supervisor):
+    """The execs (``server.Agent`` adds the I/O)."""
 
     def __init__(self, config: dict[str, Any], settings: Settings, boot: dict[str, Any]) -> None:
-        self.config = config
-        self.settings = settings
-        self.boot = boot
+        super().__init__(config, settings, boot)
         self.env = dict(config.get("env") or {})
-        self.cpus = float(boot.get("cpus") or 1.0)
-        self.max_fd = max_fd()
-        self.sel = selectors.EpollSelector()
-        self.running = True
-        self.subreaper = False
         self.execs: dict[int, Exec] = {}
         self.queue: collections.deque[Exec] = collections.deque()
         self.exclusive: Exec | None = None  # the exclusive exec running, if any
-        self.workers: dict[int, WorkerHandle] = {}  # by pid (after hello)
-        self.starting: list[WorkerHandle] = []  # asked of the template, no hello yet
-        self.idle: list[WorkerHandle] = []
-        self.template_pid = 0
-        self.template_sock: socket.socket | None = None
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         cgroup = boot.get("cgroup") or {}
-        #: ``cgroup.procs`` fds of the commands' cgroup(s): each template writes itself in (see ``main``)
-        self.joins: list[int] = [int(fd) for fd in cgroup.get("cmd_procs") or ()]
         events = cgroup.get("cmd_events")
         self.oom = oom.Counter(config.get("oom_files"), None if events is None else int(events))
         usage = cgroup.get("sandbox_cpu")
         self.sandbox_cpu = proctree.SandboxCpu(None if usage is None else int(usage))
-        self.refill_after = 0.0
-        self.last_exec = time.monotonic()
-        #: a frame arrived: no worker is born before that (see start_machinery), and the agent's memory
-        #: now holds request data, so it never forks a template again
-        self.served = False
-
-    # -- machinery -----------------------------------------------------------------
-    def start_machinery(self) -> None:
-        """Not dumpable, subreaper, and the template (forked by ``main.run`` already, else now) -- all
-        before any request. Workers are born only once the first request arrived."""
-        # Not dumpable (the template and workers inherit it; commands, being exec'd or made
-        # dumpable again, do not): commands cannot ptrace them or read their memory or fds.
-        sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)
-        self.subreaper = sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
-        if self.config.get("die_with_parent"):
-            sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
-        early = self.boot.get("template")
-        if early is not None:  # forked by ``main.run`` already, before this object existed
-            self.template_pid, self.template_sock = early
-            self.sel.register(self.template_sock, selectors.EVENT_READ, "template")
-        else:
-            self.fork_template()
-
-    def fork_template(self) -> None:
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork() if self.template_pid == 0 and not self.served else -1
-        if pid == 0:
-            mine.close()
-            template.serve(theirs, self.birth, joins=[os.dup(fd) for fd in self.joins])
-        if pid < 0:  # the agent has read requests: its memory is not clean, start a new interpreter
-            try:
-                config = {**self.config, "role": "template", "joins": len(self.joins)}
-                payload = self.boot["payload"](config)
-                pid = template.spawn_fresh(sys.executable, self.boot["bootstrap"], payload, theirs.fileno(), self.joins)
-            except (OSError, KeyError) as exc:
-                sys.stderr.write(f"cwsandbox agent: cannot start a template: {exc}\n")
-                pid = 0
-        theirs.close()
-        if pid <= 0:
-            mine.close()
-            return
-        self.template_pid, self.template_sock = pid, mine
-        self.sel.register(mine, selectors.EVENT_READ, "template")
-
-    def birth(self, sock: socket.socket) -> Any:
-        """In a new worker (a clone of the template): serve."""
-        Worker(sock, self.config, self.settings, self.cpus).serve(self.max_fd)
-
-    def template_gone(self) -> None:
-        if self.template_sock is not None:
-            self.sel.unregister(self.template_sock)
-            self.template_sock.close()
-        self.template_sock, self.template_pid = None, 0
-
-    def on_template(self) -> None:
-        try:
-            data = self.template_sock.recv(64) if self.template_sock is not None else b""
-        except OSError:
-            data = b""
-        if not data:
-            self.template_gone()
-
-    def request_worker(self) -> bool:
-        """Ask the template for a new worker (starting a template if needed); False if impossible now."""
-        if self.template_sock is None:
-            self.fork_template()
-        if self.template_sock is None:
-            return False
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.template_sock.sendmsg([b"W"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd(theirs.fileno()))])
-        except OSError:
-            mine.close()
-            return False
-        finally:
-            theirs.close()
-        handle = WorkerHandle(mine)
-        self.starting.append(handle)
-        self.sel.register(mine, selectors.EVENT_READ, handle)
-        return True
-
-    def retire(self, handle: WorkerHandle) -> None:
-        """Close a worker's socket: an idle worker exits when it reads the end."""
-        for pool in (self.idle, self.starting):
-            if handle in pool:
-                pool.remove(handle)
-        try:
-            self.sel.unregister(handle.sock)
-        except (KeyError, ValueError):
-            pass
-        handle.sock.close()
-
-    def close_machinery(self) -> None:
-        for handle in [*self.workers.values(), *self.starting]:
-            try:
-                handle.sock.close()
-            except OSError:
-                pass
-        if self.template_sock is not None:
-            self.template_sock.close()
-
-    def children_left(self) -> bool:
-        return bool(proctree.children_of(os.getpid()))
 
     # -- requests --------------------------------------------------------------------
     def submit(self, rid: int, py: bool, payload: bytes) -> None:
@@ -263,13 +140,6 @@ class Scheduler:
         done = {"rc": SPAWN_FAILED, "w": 0.0, "u": 0.0, "to": False, "tr": False, "oom": False, "cx": False}
         self.send(ex.rid, R_DONE, pack_meta({**done, "cw": None, "sc": None}))
 
-    def take_worker(self, py: bool) -> WorkerHandle | None:
-        for handle in reversed(self.idle):
-            if not (py and handle.dirty):
-                self.idle.remove(handle)
-                return handle
-        return None
-
     def clear_for(self, ex: Exec) -> bool:
         """Kill every other exec's processes; True once none is left (then ``ex`` may run)."""
         now = time.monotonic()
@@ -298,12 +168,12 @@ class Scheduler:
     def hand(self, ex: Exec, handle: WorkerHandle) -> None:
         """Send ``ex`` to ``handle`` with a fresh request memfd, stdin and output pipes."""
         req = os.memfd_create("request", os.MFD_CLOEXEC)
-        _write_all(req, ex.request)
+        write_all(req, ex.request)
         os.lseek(req, 0, os.SEEK_SET)
         stdin = self.devnull
         if ex.stdin:
             stdin = os.memfd_create("stdin", os.MFD_CLOEXEC)
-            _write_all(stdin, ex.stdin)
+            write_all(stdin, ex.stdin)
             os.lseek(stdin, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -324,12 +194,20 @@ class Scheduler:
             handle.dirty = True
         if self.oom.enabled:
             ex.oom_before = self.oom.read()
-        ex.sandbox_cpu = self.sandbox_cpu.read()
+        if self.sandbox_cpu.exact:
+            self.start_reading(ex, now)
+        else:  # see proctree.SandboxCpu: read a little later, only for execs still running by then
+            ex.sandbox_cpu, ex.sandbox_cpu_at = None, now + self.settings.sandbox_cpu_delay
         others = [e for e in self.execs.values() if e is not ex and e.running]
         for e in (ex, *others) if others else ():
             e.overlapped = True
         if not ok:  # the worker is gone; its reaping gives the exec to another
             self.retire(handle)
+
+    def start_reading(self, ex: Exec, now: float) -> None:
+        """The sandbox's CPU at (about) ``ex``'s start; no reading at all when it cannot be read."""
+        value = self.sandbox_cpu.read()
+        ex.sandbox_cpu, ex.sandbox_cpu_at = value, (now if value is not None else None)
 
     def requeue(self, ex: Exec) -> None:
         """``ex`` never started (its worker did not acknowledge): give it to another worker, fresh."""
@@ -378,13 +256,19 @@ class Scheduler:
                 else:
                     self.retire(handle)
         self.schedule()
+        while len(self.idle) > self.settings.max_idle_workers:  # born for a burst that is over
+            self.retire(self.idle[0])
 
     def set_status(self, ex: Exec, rc: int, cpu: float, flags: int, wait: float | None) -> None:
         if ex.status is not None:
             return
         ex.status = (rc, cpu, flags, wait)
-        now_cpu = self.sandbox_cpu.read()
-        ex.sandbox_cpu = None if now_cpu is None or ex.sandbox_cpu is None else round(now_cpu - ex.sandbox_cpu, 6)
+        start = ex.sandbox_cpu
+        now_cpu = self.sandbox_cpu.read() if start is not None else None
+        if start is None or now_cpu is None or ex.sandbox_cpu_at is None:
+            ex.sandbox_cpu = None
+        else:  # plus what the sandbox could have used before a late start reading (an overestimate)
+            ex.sandbox_cpu = round(now_cpu - start + (ex.sandbox_cpu_at - ex.start) * self.cpus, 6)
         if self.exclusive is ex:
             self.exclusive = None
         ex.eof_deadline = time.monotonic() + self.settings.eof_grace
@@ -410,46 +294,6 @@ class Scheduler:
         flags = D_TIMED_OUT if ex.timeout > 0 and time.monotonic() - ex.start >= ex.timeout else 0
         self.set_status(ex, rc, 0.0, flags, None)
 
-    def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            stopped = os.WIFSTOPPED(status)
-            if pid == self.template_pid:
-                if stopped:
-                    proctree.kill_quietly(pid, signal.SIGCONT)
-                else:
-                    self.template_gone()
-                continue
-            handle = self.workers.get(pid)
-            if handle is not None and stopped:
-                handle.stopped = True
-                if handle.busy is not None and handle.busy.acked and not handle.busy.note:
-                    handle.busy.note = STOPPED_ITS_WORKER
-                proctree.kill_quietly(pid, signal.SIGKILL)  # its command tree is then ours: kill_orphans
-            elif handle is not None:
-                del self.workers[pid]
-                self.worker_gone(handle, status)
-            elif stopped:
-                proctree.kill_quietly(pid, signal.SIGKILL)
-        self.kill_orphans()
-        self.schedule()
-
-    def kill_orphans(self) -> int:
-        """Anything re-parented to us that is not ours escaped its exec: kill it. How many are left alive."""
-        if self.starting:  # a worker that was just born has not said who it is yet: look again later
-            return 1
-        left = 0
-        for pid in proctree.children_of(os.getpid()):
-            if pid not in self.workers and pid != self.template_pid and proctree.alive(pid):
-                proctree.kill_quietly(pid, signal.SIGKILL)
-                left += 1
-        return left
-
     # -- time --------------------------------------------------------------------------
     def deadlines(self) -> list[float]:
         out: list[float] = []
@@ -458,21 +302,21 @@ class Scheduler:
                 out.append(ex.eof_deadline)
             elif ex.handle is not None:
                 out.append(ex.deadline if ex.acked else ex.ack_deadline)
+                if ex.sandbox_cpu is None and ex.sandbox_cpu_at is not None:
+                    out.append(ex.sandbox_cpu_at)
             elif ex.wait_until is not None:
                 out.append(time.monotonic() + _EXCLUSIVE_POLL)
         if (self.queue or self.active()) and not self.idle and not self.starting:
             out.append(max(time.monotonic() + 0.002, self.refill_after))
-        elif self.idle and not self.execs:
+        elif self.trimmable():
             out.append(self.last_exec + self.settings.idle_trim)
         return out
-
-    def active(self) -> bool:
-        """A request arrived within the last ``idle_trim`` seconds (then a spare worker is kept)."""
-        return self.served and (bool(self.execs) or time.monotonic() < self.last_exec + self.settings.idle_trim)
 
     def check_deadlines(self, now: float) -> None:
         for ex in list(self.execs.values()):
             handle = ex.handle
+            if ex.running and ex.sandbox_cpu is None and ex.sandbox_cpu_at is not None and now >= ex.sandbox_cpu_at:
+                self.start_reading(ex, now)
             if ex.eof_deadline is not None:
                 if now >= ex.eof_deadline:
                     for which_stream in (0, 1):
@@ -491,19 +335,6 @@ class Scheduler:
                 ex.deadline = now + self.settings.backstop
         if self.queue:
             self.schedule()
-
-    def maintain(self, idle: bool, now: float) -> None:
-        """Keep one spare worker while requests come; after ``idle_trim`` without any, retire every idle
-        worker (the template births the next one in about a millisecond; an idle sandbox then holds
-        only the agent and the template). Without a live template one clean worker is kept."""
-        if self.idle and not self.execs and now >= self.last_exec + self.settings.idle_trim:
-            keep = None if self.template_sock is not None else next((h for h in self.idle if not h.dirty), None)
-            for handle in list(self.idle):
-                if handle is not keep:
-                    self.retire(handle)
-        spare = idle and self.active() and not self.idle and not self.starting and now >= self.refill_after
-        if spare and not self.request_worker():  # at the pids limit (a fork bomb?): try again later
-            self.refill_after = now + self.settings.refill_pause
 
     # -- finishing -----------------------------------------------------------------------
     def close_stream(self, ex: Exec, which_stream: int) -> None:
@@ -549,15 +380,3 @@ class Scheduler:
 
     def fail(self, rid: int, kind: str, message: str) -> None:  # pragma: no cover - server.Agent's
         raise NotImplementedError
-
-
-def _fd(fd: int) -> bytes:
-    import array
-
-    return array.array("i", [fd]).tobytes()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

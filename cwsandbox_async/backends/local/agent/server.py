@@ -17,7 +17,7 @@ command itself and never forks after it read a request:
   CPU budget and reports the exit status; the agent decides the facts that need
   the whole sandbox's view (``execs``: OOM kills, exclusive execs).
 
-Scheduling (``scheduler``) keeps requests in arrival order; an exclusive exec is a
+Scheduling (``scheduler``; the processes: ``supervisor``) keeps requests in arrival order; an exclusive exec is a
 barrier: the agent kills every other exec's processes, waits until they are gone,
 runs it alone, and only then starts what arrived after it.
 

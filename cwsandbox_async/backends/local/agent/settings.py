@@ -20,6 +20,8 @@ name                  default  meaning
 ``exclusive_wait``    5.0 s    an exclusive exec waits at most this for the sandbox's other
                                processes to die, then fails
 ``refill_pause``      1.0 s    after a failed worker spawn (pids limit), the next try waits this
+``sandbox_cpu_delay``  0.05 s  without a cgroup usage file, the sandbox's CPU at an exec's start
+                               is read this long after it (``proctree.SandboxCpu``)
 ``max_execs``         5000     a worker retires after this many execs
 ====================  =======  ================================================================
 """
@@ -39,6 +41,7 @@ DEFAULTS: dict[str, float] = {
     "sample_interval": 0.25,
     "exclusive_wait": 5.0,
     "refill_pause": 1.0,
+    "sandbox_cpu_delay": 0.05,
     "max_execs": 5000,
 }
 _INTEGERS = ("max_idle_workers", "max_execs")
@@ -57,6 +60,7 @@ class Settings:
     sample_interval: float
     exclusive_wait: float
     refill_pause: float
+    sandbox_cpu_delay: float
     max_execs: int
 
     def __init__(self, overrides: dict[str, Any] | None = None) -> None:
