@@ -208,8 +208,8 @@ def test_the_filter_program_is_well_formed() -> None:
 def test_a_bad_setting_is_refused_at_boot() -> None:
     from cwsandbox_async.backends.local.agent.settings import Settings
 
-    assert Settings({"backstop": 2}).backstop == 2.0
-    for bad in ({"nope": 1}, {"backstop": 0}, {"backstop": float("nan")}, {"ack_timeout": True}):
+    assert Settings({"leftover_grace": 2}).leftover_grace == 2.0
+    for bad in ({"nope": 1}, {"leftover_grace": 0}, {"exclusive_wait": float("nan")}, {"sample_interval": True}):
         with pytest.raises(ValueError, match="setting"):
             Settings(bad)
 
@@ -226,7 +226,7 @@ async def test_the_doctor_probes_report_every_protection(tag: str) -> None:
         "SysV IPC bounded",
         "read-only empty HOME",
         "clean run_python memory",
-        "stopped worker replaced",
+        "timeout holds against its supervisor",
     ]
     bad = [(name, status, detail) for name, status, detail, _ in checks if status != "ok"]
     assert not bad, bad

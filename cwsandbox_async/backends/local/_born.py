@@ -34,6 +34,7 @@ from ._link import Link
 from ._registry import Registry, proc_start_time
 from ._template import Newborn, Template, pidfd_pid
 from ._threads import Blocking
+from .agent.protocol import MAX_BIRTH_CONFIG
 
 __all__ = ["Births"]
 
@@ -41,8 +42,11 @@ __all__ = ["Births"]
 class Births:
     """Starts and stops the template-born sandboxes of one backend."""
 
-    def __init__(self, cgroups: CgroupManager, registry: Registry, ids: HostIds, blocking: Blocking) -> None:
+    def __init__(
+        self, cgroups: CgroupManager, registry: Registry, ids: HostIds, blocking: Blocking, eof_grace: float
+    ) -> None:
         self.blocking = blocking
+        self.eof_grace = eof_grace
         self.cgroups = cgroups
         self.registry = registry
         self.ids = ids
@@ -93,11 +97,13 @@ class Births:
         }
         body = json.dumps({"birth": birth, "agent": agent()}, separators=(",", ":")).encode()
         try:
-            await template.deliver(box.newborn, len(body).to_bytes(4, "big") + body, fds)
+            if len(body) > MAX_BIRTH_CONFIG:
+                raise SandboxCreationError(f"sandbox {sid}: its configuration is too large", sandbox_id=sid)
+            await template.deliver(box.newborn, body, fds)
         finally:
             for fd in fds:
                 os.close(fd)
-        box.link = Link(sid, box.newborn)
+        box.link = Link(sid, box.newborn, self.blocking, self.eof_grace)
         box.channel = box.link.channel
         await box.link.open()
         async with anyio.create_task_group() as tg:

@@ -37,7 +37,6 @@ driver's own socket calls). Neither opens a deadline of its own: the caller's sc
 from __future__ import annotations
 
 import array
-import asyncio
 import contextlib
 import json
 import os
@@ -187,14 +186,15 @@ class Template:
         return out.decode("utf-8", "replace").strip()[-2000:]
 
     async def fork(self, newborn: Newborn) -> None:
-        """Ask the template for a newborn: ``F`` with its channel and stderr pipe (``newborn.sock``/``stderr``).
+        """Ask the template for a newborn: ``F`` with its channel (a ``SOCK_SEQPACKET`` socket, see
+        ``agent.protocol``) and stderr pipe (``newborn.sock``/``stderr``).
 
         The newborn then waits for its configuration (``deliver``); it exits if the channel closes first.
         """
         ctl = self._ctl
         if ctl is None or not self.alive:
             raise SandboxCreationError("the sandbox template is not running", reason="template")
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         newborn.sock = mine
         mine.setblocking(False)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -284,16 +284,14 @@ def _unpack_fds(level: int, kind: int, data: bytes) -> list[int]:
 
 
 async def _sendmsg(sock: socket.socket, data: bytes, fds: list[int]) -> None:
-    """Send ``data`` with ``fds`` on a non-blocking socket, waiting for room (the rest with ``sock_sendall``)."""
+    """Send one message (``data`` with ``fds``) on a non-blocking socket, waiting for room."""
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
     while True:
         try:
-            sent = sock.sendmsg([data], ancillary)
-            break
+            sock.sendmsg([data], ancillary)
+            return
         except BlockingIOError:
             await anyio.wait_writable(sock)
-    if sent < len(data):
-        await asyncio.get_running_loop().sock_sendall(sock, data[sent:])
 
 
 def pidfd_pid(pidfd: int) -> int | None:

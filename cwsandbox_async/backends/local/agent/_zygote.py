@@ -38,6 +38,7 @@ import struct
 import sys
 
 from . import _rootfs, harden
+from .protocol import MAX_BIRTH_CONFIG
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,8 +50,6 @@ FORK = b"F"
 #: What G sends first on its channel: ``B`` with a pidfd of itself as SCM_RIGHTS.
 BORN = b"B"
 MAX_BIRTH_FDS = 16
-#: Largest birth configuration accepted (the sandbox's env is the only large part).
-MAX_BIRTH_CONFIG = 8 << 20
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -169,19 +168,16 @@ def _born(chan_fd: int, err_fd: int) -> NoReturn:
 
 
 def _receive(chan: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """The birth configuration: u32 length + JSON, the cgroup fds arriving with its first bytes."""
-    data, ancillary, _, _ = chan.recvmsg(1 << 16, socket.CMSG_SPACE(MAX_BIRTH_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    """The birth configuration: one message (JSON) on the channel, with the cgroup fds."""
+    data, ancillary, flags, _ = chan.recvmsg(
+        MAX_BIRTH_CONFIG, socket.CMSG_SPACE(MAX_BIRTH_FDS * 4), socket.MSG_CMSG_CLOEXEC
+    )
     fds = _fds(ancillary)
-    buf = bytearray(data)
-    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
-        if len(buf) >= 4 and int.from_bytes(buf[:4], "big") > MAX_BIRTH_CONFIG:
-            raise ValueError("birth configuration too large")
-        more = chan.recv(1 << 16)
-        if not more:
-            raise EOFError("the driver closed the channel before the birth configuration arrived")
-        buf += more
-    n = int.from_bytes(buf[:4], "big")
-    return json.loads(bytes(buf[4 : 4 + n])), fds
+    if not data:
+        raise EOFError("the driver closed the channel before the birth configuration arrived")
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        raise ValueError("birth configuration too large")
+    return json.loads(data), fds
 
 
 def _named_fds(names: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -263,16 +259,14 @@ def drop_privileges() -> None:
 
 
 def _start_agent(chan: socket.socket, config: dict[str, Any]) -> NoReturn:
-    """Become the agent, in process (the template preloaded it): ``main.run`` on the channel.
+    """Become PID 1 of the sandbox, in process (the template preloaded it): ``main.run`` on the channel.
 
-    The agent's own first steps are the unprivileged hardening (a fresh session keyring, then
-    the seccomp filter), before it reads any request; its in-sandbox template joins the commands'
-    cgroup through ``config["cgroup"]["cmd_procs"]`` (see ``agent.main``)."""
+    Its own first steps are the unprivileged hardening (a fresh session keyring, then the seccomp
+    filter), before it reads any order; each exec's child joins the commands' cgroup through
+    ``config["cgroup"]["cmd_procs"]`` (see ``agent.main``)."""
     try:
-        os.dup2(chan.fileno(), 0)
-        os.dup2(chan.fileno(), 1)
-        chan.close()
-        _agent["main"].run(config["agent"], 0, 1, cgroup=config["cgroup"])
+        fd = chan.detach()
+        _agent["main"].run(config["agent"], fd, cgroup=config["cgroup"])
     except BaseException:
         import traceback
 
