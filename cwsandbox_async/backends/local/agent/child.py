@@ -48,8 +48,6 @@ DEFAULT_SIGNALS = (
     signal.SIGALRM,
     signal.SIGCHLD,
 )
-#: One past the highest descriptor a child closes (``os.closerange`` is one ``close_range`` call).
-MAX_FD = 1 << 20
 
 
 def apply_limits(limits: dict[str, int]) -> None:
@@ -91,7 +89,7 @@ def which(cmd: str, env: dict[str, str]) -> str | None:
 
 def start(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]) -> NoReturn:
     """In the fork: become what ``mode`` says (module docstring). Never returns."""
-    code = 1
+    code = protocol.SPAWN_FAILED
     try:
         signal.set_wakeup_fd(-1)
         for sig in DEFAULT_SIGNALS:
@@ -100,24 +98,34 @@ def start(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]) -
             code = _file_op(mode, fds, config)
         else:
             code = _command(mode, fds, joins, config)
+    except BaseException as exc:  # before the program ran: a bug of ours, said so on its stderr
+        _fail(protocol.SPAWN_FAILED, f"internal error before the command started: {exc!r}")
     finally:
         os._exit(code)
 
 
 def _isolate(keep: int) -> None:
-    """Close every descriptor above 2 except ``keep``."""
-    os.closerange(3, keep)
-    os.closerange(keep + 1, MAX_FD)
+    """Close every descriptor above 2 except ``keep`` (listed, not guessed: PID 1's limit is high)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
 
 
 def _command(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]) -> int:
-    for fd in joins:
-        os.write(fd, b"0")  # "0" is this process: the memory limit binds it and all it starts
     request, out, err = fds[0], fds[1], fds[2]
     stdin = fds[3] if len(fds) > 3 else os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
+    try:
+        for fd in joins:
+            os.write(fd, b"0")  # "0" is this process: the memory limit binds it and all it starts
+    except OSError as exc:  # never run outside the limit
+        return _fail(protocol.SPAWN_FAILED, f"cannot join the commands' cgroup: {exc.strerror}")
     _isolate(request)
     os.set_blocking(1, True)  # the driver made the pipes non-blocking for its own ends
     os.set_blocking(2, True)
