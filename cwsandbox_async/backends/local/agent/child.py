@@ -160,7 +160,9 @@ def _command(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             return _fail(protocol.NOT_FOUND, f"{argv[0]}: command not found")
-        return _fail(protocol.SPAWN_FAILED, f"{argv[0]}: {exc.strerror}")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return _fail(protocol.SPAWN_FAILED, f"{argv[0]}: permission denied")
+        return _fail(protocol.SPAWN_FAILED, f"cannot start the command: {exc.strerror}")
 
 
 def _fail(code: int, message: str) -> int:
