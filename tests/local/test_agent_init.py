@@ -58,10 +58,16 @@ def report(sock: socket.socket) -> tuple[int, ...]:
     return p.REPORT.unpack(data)
 
 
+def command(argv: list[str]) -> int:
+    """A request memfd for ``argv`` (what the driver writes)."""
+    request = os.memfd_create("request")
+    os.write(request, p.pack_request(b"/", [a.encode() for a in argv], [(b"PATH", b"/usr/bin:/bin")]))
+    return request
+
+
 def run(sock: socket.socket, argv: list[str], timeout: float, rid: int = 7) -> tuple[int, float, int, bytes]:
     """One exec order; (return code, wall seconds, flags, stdout) from its report."""
-    request = os.memfd_create("request")
-    os.write(request, p.pack_meta({"a": argv, "c": "/", "e": {"PATH": "/usr/bin:/bin"}}))
+    request = command(argv)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     send(sock, p.ORDER.pack(p.O_RUN, p.M_EXEC, 0, rid, timeout, 0.0), [request, out_w, err_w])
@@ -107,8 +113,7 @@ def test_a_bad_order_is_refused_and_the_agent_serves_on(agent: socket.socket) ->
 
 
 def test_a_kill_order_ends_the_whole_tree(agent: socket.socket) -> None:
-    request = os.memfd_create("request")
-    os.write(request, p.pack_meta({"a": ["sh", "-c", "sleep 30 & sleep 30"], "c": "/", "e": {"PATH": "/usr/bin:/bin"}}))
+    request = command(["sh", "-c", "sleep 30 & sleep 30"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     send(agent, p.ORDER.pack(p.O_RUN, p.M_EXEC, 0, 9, 0.0, 0.0), [request, out_w, err_w])

@@ -241,19 +241,19 @@ class AgentChannel:
         if self.closed_reason is not None:
             raise self.dead_error()
         mode = p.M_EXEC if source is None else p.M_PYTHON
-        meta: dict[str, Any] = {"c": cwd, "e": dict(env)}
-        if source is None:
-            meta["a"] = list(request.argv)
-        raw = b"" if source is None else source.encode("utf-8", "surrogateescape")
+        argv = [] if source is not None else [_bytes(a) for a in request.argv]
+        raw = b"" if source is None else _bytes(source)
+        body = p.pack_request(_bytes(cwd), argv, [(_bytes(k), _bytes(v)) for k, v in env.items()], raw)
         flags = p.F_EXCLUSIVE if request.exclusive else 0
         fds: list[int] = []
         readers: list[int] = []
         try:
-            fds.append(await self._memfd("cwsandbox-request", (p.pack_meta(meta), raw)))
+            fds.append(await self._memfd("cwsandbox-request", (body,)))
             for _ in (1, 2):
-                r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+                r, w = os.pipe2(os.O_CLOEXEC)
                 readers.append(r)
                 fds.append(w)
+                os.set_blocking(r, False)  # ours only: the command's end stays blocking
             if request.stdin:
                 fds.append(await self._memfd("cwsandbox-stdin", (request.stdin,)))
                 flags |= p.F_STDIN
@@ -350,6 +350,10 @@ class AgentChannel:
 
     async def write_file(self, path: str, data: bytes, shown: str | None = None) -> None:
         await self._file_op(p.M_WRITE, {"p": path, "s": shown or path}, data, shown or path)
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _close(fds: list[int]) -> None:

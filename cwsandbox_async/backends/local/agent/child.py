@@ -69,19 +69,21 @@ def apply_limits(limits: dict[str, int]) -> None:
 
 def read_all(fd: int) -> bytes:
     """Everything in the memfd ``fd``, from its start (``pread``: its offset does not matter)."""
-    chunks = []
-    offset = 0
-    while data := os.pread(fd, 1 << 20, offset):
-        chunks.append(data)
-        offset += len(data)
-    return b"".join(chunks)
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0)
+    while len(data) < size:  # a short read (a very large request)
+        more = os.pread(fd, size - len(data), len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
-def which(cmd: str, env: dict[str, str]) -> str | None:
-    if "/" in cmd:
+def which(cmd: bytes, env: dict[bytes, bytes]) -> bytes | None:
+    if b"/" in cmd:
         return cmd
-    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
-        path = os.path.join(d or ".", cmd)
+    for d in env.get(b"PATH", b"/usr/local/bin:/usr/bin:/bin").split(b":"):
+        path = os.path.join(d or b".", cmd)
         if os.access(path, os.X_OK) and not os.path.isdir(path):
             return path
     return None
@@ -91,9 +93,10 @@ def start(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]) -
     """In the fork: become what ``mode`` says (module docstring). Never returns."""
     code = protocol.SPAWN_FAILED
     try:
-        signal.set_wakeup_fd(-1)
-        for sig in DEFAULT_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
+        if mode != protocol.M_EXEC:  # execve resets every handled signal; PID 1 ignores none
+            signal.set_wakeup_fd(-1)
+            for sig in DEFAULT_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
         if mode in (protocol.M_READ, protocol.M_WRITE):
             code = _file_op(mode, fds, config)
         else:
@@ -126,43 +129,46 @@ def _command(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]
             os.write(fd, b"0")  # "0" is this process: the memory limit binds it and all it starts
     except OSError as exc:  # never run outside the limit
         return _fail(protocol.SPAWN_FAILED, f"cannot join the commands' cgroup: {exc.strerror}")
-    _isolate(request)
-    os.set_blocking(1, True)  # the driver made the pipes non-blocking for its own ends
-    os.set_blocking(2, True)
+    if mode != protocol.M_EXEC:
+        _isolate(request)  # a command's execve closes them: every descriptor of PID 1 is close-on-exec
     os.setsid()
     sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
     if config.get("die_with_parent"):
         sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
     if config.get("oom_adjust", True):
         try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
+            adj = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(adj, b"1000")
+            os.close(adj)
         except OSError:
             pass
-    apply_limits(dict(config.get("limits") or {}))
-    meta, raw = protocol.unpack_meta(read_all(request))
+    limits = config.get("limits")
+    if limits:
+        apply_limits(limits)
+    cwd, argv, env, raw = protocol.unpack_request(read_all(request))
     os.close(request)
-    cwd = str(meta["c"])
-    env = {str(k): str(v) for k, v in dict(meta["e"]).items()}
     try:
         os.chdir(cwd)
     except OSError as exc:
-        return _fail(protocol.SPAWN_FAILED, f"cannot change directory to {cwd!r}: {exc.strerror}")
+        return _fail(protocol.SPAWN_FAILED, f"cannot change directory to {_text(cwd)!r}: {exc.strerror}")
     if mode == protocol.M_PYTHON:
         sysapi.prctl(sysapi.PR_SET_DUMPABLE, 1)  # user code: an ordinary process (PID 1 is not dumpable)
-        return run_source(raw.decode("utf-8", "surrogateescape"), env)
-    argv = [str(a) for a in meta["a"]]
+        return run_source(_text(raw), {_text(k): _text(v) for k, v in env.items()})
     path = which(argv[0], env)
     if path is None:
-        return _fail(protocol.NOT_FOUND, f"{argv[0]}: command not found")
+        return _fail(protocol.NOT_FOUND, f"{_text(argv[0])}: command not found")
     try:
-        os.execve(path, argv, env)  # dumpable again, every descriptor above 2 gone (closed above)
+        os.execve(path, argv, env)  # dumpable again; every descriptor above 2 closes (close-on-exec)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            return _fail(protocol.NOT_FOUND, f"{argv[0]}: command not found")
+            return _fail(protocol.NOT_FOUND, f"{_text(argv[0])}: command not found")
         if exc.errno in (errno.EACCES, errno.EPERM):
-            return _fail(protocol.SPAWN_FAILED, f"{argv[0]}: permission denied")
+            return _fail(protocol.SPAWN_FAILED, f"{_text(argv[0])}: permission denied")
         return _fail(protocol.SPAWN_FAILED, f"cannot start the command: {exc.strerror}")
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
 
 
 def _fail(code: int, message: str) -> int:

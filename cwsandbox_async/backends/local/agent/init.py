@@ -65,7 +65,11 @@ class Init:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     def setup(self) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Nothing ignored (an ignored signal stays so across a command's execve, so its child need
+        # not reset any): Python's SIG_IGN for SIGPIPE and SIGXFSZ goes; the socket never raises
+        # SIGPIPE (MSG_NOSIGNAL), and signals from inside never reach PID 1 anyway.
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, _noop)  # SIGCHLD (also for a stop) only writes the wake-up pipe
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)  # inherited by forks until they exec or run Python
@@ -89,7 +93,7 @@ class Init:
     def send(self, data: bytes) -> None:
         """One message to the driver (a full channel waits for it: only the driver reads it)."""
         try:
-            self.sock.send(data)
+            self.sock.send(data, socket.MSG_NOSIGNAL)
         except OSError:  # the driver is gone: so is everything here
             self.shutdown()
 

@@ -15,9 +15,11 @@ Driver -> PID 1, ``ORDER`` (kind, mode, flags, request id, timeout s, CPU budget
   A timeout or budget of 0 means none.
 - ``O_KILL``: kill that exec's process tree (the driver gave up on it, or its output hit the cap).
 
-The request memfd holds ``pack_meta(meta, raw)``: ``{"a": argv, "c": cwd, "e": env}`` for a
-command, ``{"c", "e"}`` + source for Python, ``{"p": path, "s": shown path, "m": max bytes}`` for
-a read, ``{"p", "s"}`` + the data for a write.
+The request memfd holds ``pack_request(cwd, argv, env, raw)`` for a command (``raw`` empty) or
+Python (``argv`` empty, ``raw`` the source): NUL-separated fields, which the child splits with one
+call (it runs between fork and execve, where every page it touches is a copy; NUL cannot occur in
+argv, env or cwd). A file operation's holds ``pack_meta({"p": path, "s": shown path, "m": max
+bytes})`` for a read, ``pack_meta({"p", "s"}, data)`` for a write.
 
 PID 1 -> driver:
 
@@ -85,6 +87,23 @@ NOTES = {
 SPAWN_FAILED = 126
 #: Exit code of a command that was not found.
 NOT_FOUND = 127
+
+
+def pack_request(cwd: bytes, argv: list[bytes], env: list[tuple[bytes, bytes]], raw: bytes = b"") -> bytes:
+    """A command's or a program's request (see the module docstring); ``raw`` may hold NUL."""
+    head = b"%d %d" % (len(argv), len(env))
+    return b"\0".join([head, cwd, *argv, *(x for pair in env for x in pair), raw])
+
+
+def unpack_request(data: bytes) -> tuple[bytes, list[bytes], dict[bytes, bytes], bytes]:
+    """(cwd, argv, env, raw) of ``pack_request``'s bytes; ``ValueError`` if malformed."""
+    head, rest = data.split(b"\0", 1)
+    argc, envc = (int(x) for x in head.split())
+    parts = rest.split(b"\0", 1 + argc + 2 * envc)
+    if len(parts) != 2 + argc + 2 * envc:
+        raise ValueError("request shorter than its counts say")
+    flat = parts[1 + argc : 1 + argc + 2 * envc]
+    return parts[0], parts[1 : 1 + argc], dict(zip(flat[0::2], flat[1::2], strict=True)), parts[-1]
 
 
 def pack_meta(meta: object, raw: bytes = b"") -> bytes:

@@ -38,6 +38,11 @@ try:
 
     _libc = ctypes.CDLL(None, use_errno=True)
     _libc.syscall.restype = ctypes.c_long
+    # A prctl with fixed argument types: each call builds no ctypes objects (it runs in every
+    # exec's child, between fork and execve, where every page touched is a copy).
+    _prctl = _libc["prctl"]
+    _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _prctl.restype = ctypes.c_int
     _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 except (ImportError, OSError, AttributeError):  # no ctypes (or no libc symbols) in this Python
     _libc = None
@@ -53,7 +58,7 @@ def prctl(option: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> bool:
     """prctl(2); False when it failed or ctypes is unavailable."""
     if not AVAILABLE:
         return False
-    return bool(_libc.prctl(option, ctypes.c_ulong(a), ctypes.c_ulong(b), ctypes.c_ulong(c), ctypes.c_ulong(d)) == 0)
+    return bool(_prctl(option, a, b, c, d) == 0)
 
 
 def syscall(name: str, *args: Any) -> int:
