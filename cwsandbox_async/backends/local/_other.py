@@ -113,8 +113,8 @@ class OtherPaths:
         if box.cgroup is not None:  # the agent joins its group itself, each command the commands' group
             cg = box.cgroup
             config["cgroup_paths"] = {
-                "agent_procs": [os.path.join(p, "cgroup.procs") for p in cg.agent_dirs],
-                "cmd_procs": [os.path.join(p, "cgroup.procs") for p in cg.command_dirs],
+                "agent_procs": [os.path.join(p, cg.join_file) for p in cg.agent_dirs],
+                "cmd_procs": [os.path.join(p, cg.join_file) for p in cg.command_dirs],
                 "cmd_events": cg.events,
             }
         newborn = self._spawn_agent(sid, config)
