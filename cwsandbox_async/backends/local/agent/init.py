@@ -65,10 +65,11 @@ class Init:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     def setup(self) -> None:
-        # Nothing ignored (an ignored signal stays so across a command's execve, so its child need
-        # not reset any): Python's SIG_IGN for SIGPIPE and SIGXFSZ goes; the socket never raises
-        # SIGPIPE (MSG_NOSIGNAL), and signals from inside never reach PID 1 anyway.
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        # Every signal at its default but SIGCHLD: the kernel drops a signal from inside the namespace
+        # that PID 1 does not handle (so Python's SIGINT handler goes: it would let ``kill -INT 1``
+        # in), and an ignored one would stay ignored across a command's execve (so Python's SIG_IGN
+        # for SIGPIPE and SIGXFSZ goes; the channel never raises SIGPIPE: MSG_NOSIGNAL).
+        for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, _noop)  # SIGCHLD (also for a stop) only writes the wake-up pipe
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
