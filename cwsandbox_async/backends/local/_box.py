@@ -47,6 +47,8 @@ class Box:
     env: dict[str, str] = field(default_factory=dict)
     #: Sandbox path prefix -> host path (``isolation="none"`` only: its workspace).
     path_map: list[tuple[str, str]] = field(default_factory=list)
+    #: ``time.monotonic()`` at the end of each step of its birth, the driver's (``_born``)
+    stamps: dict[str, float] = field(default_factory=dict)
     status: SandboxStatus = SandboxStatus.CREATING
     stopping: bool = False
     stopped: anyio.Event = field(default_factory=anyio.Event)

@@ -185,11 +185,12 @@ class Template:
             pass
         return out.decode("utf-8", "replace").strip()[-2000:]
 
-    async def fork(self, newborn: Newborn) -> None:
+    async def fork(self, newborn: Newborn, first: bytes) -> None:
         """Ask the template for a newborn: ``F`` with its channel (a ``SOCK_SEQPACKET`` socket, see
         ``agent.protocol``) and stderr pipe (``newborn.sock``/``stderr``).
 
-        The newborn then waits for its configuration (``deliver``); it exits if the channel closes first.
+        ``first`` (the birth configuration) is queued on the newborn's channel at once, so it finds it
+        there; it then waits for the second message (``deliver``), and exits if the channel closes first.
         """
         ctl = self._ctl
         if ctl is None or not self.alive:
@@ -200,6 +201,7 @@ class Template:
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         newborn.stderr = err_r
         try:
+            await _sendmsg(mine, first, [])
             await _sendmsg(ctl, FORK, [theirs.fileno(), err_w])
         finally:
             theirs.close()

@@ -89,6 +89,9 @@ class Init:
             "hardening": self.info.get("hardening") or {},
             "cpus": self.execs.cpus,
         }
+        stamps = self.config.get("stamps")
+        if isinstance(stamps, dict):  # a born sandbox: when each step of its birth ended (monotonic)
+            hello["stamps"] = {**stamps, "hello": time.monotonic()}
         self.send(bytes([R_HELLO]) + json.dumps(hello, separators=(",", ":")).encode())
 
     def send(self, data: bytes) -> None:

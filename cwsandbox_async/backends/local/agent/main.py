@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from . import harden
 
@@ -44,6 +45,9 @@ def run(config: dict[str, Any], fd: int, cgroup: dict[str, Any] | None = None) -
         "cpus": cpus_for(config),
         "cgroup": dict(cgroup or {}),
     }
+    stamps = config.get("stamps")
+    if isinstance(stamps, dict):
+        stamps["hardened"] = time.monotonic()
     try:
         init.Init(config, settings.Settings(config.get("settings")), fd, info).serve()
     except BaseException:

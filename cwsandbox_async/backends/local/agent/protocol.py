@@ -23,7 +23,8 @@ bytes})`` for a read, ``pack_meta({"p", "s"}, data)`` for a write.
 
 PID 1 -> driver:
 
-- ``HELLO``: ``bytes([R_HELLO]) + JSON`` (``pid``, ``python``, ``hardening``, ``cpus``), once, when
+- ``HELLO``: ``bytes([R_HELLO]) + JSON`` (``pid``, ``python``, ``hardening``, ``cpus``, and for a
+  born sandbox ``stamps``: ``time.monotonic()`` at the end of each step of its birth), once, when
   PID 1 is ready, before it reads any order.
 - ``REPORT`` (kind, note, flags, request id, return code, wall s, CPU s, run-queue wait s, sandbox
   CPU s; a negative wait or sandbox CPU means unknown), once per order, when the exec's whole
