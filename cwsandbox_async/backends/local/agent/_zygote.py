@@ -265,10 +265,22 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | IFF_UP))
 
 
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+#: The highest capability this kernel knows (read once, by the template).
+LAST_CAP = _last_cap()
+
+
 def drop_privileges() -> None:
     """Empty every capability set (bounding and ambient too) and set ``PR_SET_NO_NEW_PRIVS``."""
     libc = _rootfs.libc
-    for cap in range(64):
+    for cap in range(LAST_CAP + 1):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             break  # EINVAL past the last capability this kernel knows
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)

@@ -47,8 +47,9 @@ REPORT = struct.Struct("=BBBxIidddd")
 META_LEN = struct.Struct(">I")
 #: Most file descriptors one order carries.
 MAX_ORDER_FDS = 4
-#: Largest birth configuration a newborn accepts (one message on its channel; a few KiB in practice).
-MAX_BIRTH_CONFIG = 1 << 17
+#: Largest birth configuration message a newborn accepts (two messages on its channel, each about
+#: a KiB in practice).
+MAX_BIRTH_CONFIG = 1 << 14
 
 O_RUN = 1
 O_KILL = 2

@@ -227,6 +227,11 @@ if sysapi.AVAILABLE:
 
         _fields_: ClassVar[Any] = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
+    # The native program as the kernel takes it, built once (a zygote imports this before any
+    # sandbox exists: each newborn only makes the system call).
+    _NATIVE_BUF = ctypes.create_string_buffer(NATIVE, len(NATIVE))
+    _NATIVE_PROG = SockFprog(len(NATIVE) // _INSN.size, ctypes.cast(_NATIVE_BUF, ctypes.c_void_p))
+
 
 def install(machine: str | None = None) -> str:
     """Set NO_NEW_PRIVS and install the filter on this process (and so its future children).
@@ -235,11 +240,15 @@ def install(machine: str | None = None) -> str:
     support) and ``ValueError`` on a machine without a filter. Irrevocable.
     """
     machine = machine or sysapi.MACHINE
-    code = NATIVE if machine == sysapi.MACHINE and NATIVE else assemble(program(machine))
+    native = machine == sysapi.MACHINE and NATIVE
+    code = NATIVE if native else assemble(program(machine))
     if not sysapi.AVAILABLE:
         raise OSError(errno.ENOSYS, "seccomp: no ctypes in this Python")
-    buf = ctypes.create_string_buffer(code, len(code))
-    prog = SockFprog(len(code) // _INSN.size, ctypes.cast(buf, ctypes.c_void_p))
+    if native:
+        buf, prog = _NATIVE_BUF, _NATIVE_PROG
+    else:
+        buf = ctypes.create_string_buffer(code, len(code))
+        prog = SockFprog(len(code) // _INSN.size, ctypes.cast(buf, ctypes.c_void_p))
     if not sysapi.prctl(sysapi.PR_SET_NO_NEW_PRIVS, 1):
         raise OSError(errno.EPERM, "seccomp: cannot set NO_NEW_PRIVS")
     try:
