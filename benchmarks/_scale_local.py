@@ -333,7 +333,7 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
         "local creates/s vs bare python": round(out["create"]["per_s"] / host["create_per_s"], 3),
         "idle PSS MiB/sandbox": pss,
         "idle PSS vs bare python": round(pss / host["memory"]["pss_mib"], 3),
-        "PSS MiB/sandbox after its execs": after["pss_mib"],
+        "PSS MiB/sandbox after its execs": soon["pss_mib"],
         "driver threads at peak": alive["threads"],
         "exec ok": out["exec"]["ok"],
         "exec ok (second round)": out["exec_again"]["ok"],
