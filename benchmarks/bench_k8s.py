@@ -21,7 +21,6 @@ Writes benchmarks/out/k8s.json.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import Any
 import anyio
 
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
+from cwsandbox_async.backends.kubernetes._exec import stream_exec
 from cwsandbox_async.backends.kubernetes._inventory import pods_path
 from cwsandbox_async.backends.kubernetes._manifest import build_pod
 from cwsandbox_async.backends.kubernetes._podstate import view
@@ -145,12 +145,20 @@ async def exec_rtt(url: str, samples: int) -> dict[str, Any]:
         sid = spec.sandbox_id
         for _ in range(5):
             await backend.exec(sid, make_request("true"))
-        times = []
-        for _ in range(samples):
+        times, bare = [], []
+        assert backend.client is not None and backend.namespace is not None
+        client, ns = backend.client, backend.namespace
+        for _ in range(samples):  # interleaved, so both see the same load
             start = time.perf_counter()
             r = await backend.exec(sid, make_request("true"))
             times.append(time.perf_counter() - start)
             assert r.returncode == 0
+            start = time.perf_counter()  # the same exec without the in-pod wrapper (session, timeout, env)
+            await stream_exec(
+                client, ns, sid, ["true"], container="main", stdin=b"", deadline_seconds=30,
+                connect_timeout=10, drain_seconds=1, on_abandon=lambda ab: None,
+            )  # fmt: skip
+            bare.append(time.perf_counter() - start)
         limiter = anyio.CapacityLimiter(16)
 
         async def limited() -> None:
@@ -165,28 +173,31 @@ async def exec_rtt(url: str, samples: int) -> dict[str, Any]:
         await backend.destroy(sid)
     finally:
         await backend.aclose()
-    return {"sequential_s": summary(times), "throughput_per_s_16": concurrent}
+    return {"sequential_s": summary(times), "unwrapped_s": summary(bare), "throughput_per_s_16": concurrent}
 
 
 async def bare_spawn(samples: int) -> dict[str, float]:
-    """Baseline: the bubblewrap sandbox the test server starts per exec, spawned directly."""
+    """Baseline: entering the test server's pod container directly (what it does per exec), no API, no wrapper."""
     import tempfile
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from k8s.exec_server import ExecRunner
-    from k8s.server import PodRuntime
+    from k8s.container import Container
 
     with tempfile.TemporaryDirectory() as tmp:
         pod = build_pod(make_spec("bare"), KubernetesBackend(image=IMAGE).options, namespace="default", driver="x")
-        rt = PodRuntime(obj=pod, root=Path(tmp))
-        argv, env, cwd = ExecRunner().argv(rt, ["true"])
+        container = Container(pod, Path(tmp))
+        await container.start()
         times = []
-        for i in range(samples + 5):
-            start = time.perf_counter()
-            proc = await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd)
-            await proc.wait()
-            if i >= 5:
-                times.append(time.perf_counter() - start)
+        try:
+            for i in range(samples + 5):
+                start = time.perf_counter()
+                proc = await container.exec(["true"], stdin=False)
+                await proc.wait()
+                container.execs.discard(proc)
+                if i >= 5:
+                    times.append(time.perf_counter() - start)
+        finally:
+            await container.stop()
     return summary(times)
 
 
@@ -221,6 +232,7 @@ async def run(quick: bool, ready_delay: float) -> dict[str, Any]:
             "exec_rtt_p50_ms": round(p50 * 1000, 2),
             "exec_rtt_p99_ms": round(rtt["sequential_s"]["p99"] * 1000, 2),
             "exec_rtt_ratio_vs_bare_spawn": round(p50 / bare50, 2),
+            "exec_rtt_ratio_vs_unwrapped_exec": round(p50 / rtt["unwrapped_s"]["p50"], 2),
             "exec_throughput_per_s": round(rtt["throughput_per_s_16"], 1),
         },
     }

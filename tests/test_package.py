@@ -80,7 +80,7 @@ def test_import_is_lazy() -> None:
     code = (
         "import sys, cwsandbox_async\n"
         "heavy = [m for m in ('wandb', 'aiohttp', 'cwsandbox_async.backends.local',"
-        " 'cwsandbox_async.backends.kubernetes', 'kubernetes') if m in sys.modules]\n"
+        " 'cwsandbox_async.backends.kubernetes', 'kubernetes', 'kubernetes_asyncio', 'yaml') if m in sys.modules]\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

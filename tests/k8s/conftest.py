@@ -9,21 +9,43 @@ import pytest
 
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 
-from .exec_server import ExecRunner
+from .container import bwrap_path
 from .server import KubeTestServer
 
 
 def _bwrap_works() -> bool:
-    """bwrap is there and may create the user and PID namespaces the test server's pods use."""
+    """bwrap may create the user and PID namespaces the test server's containers use, and nsenter join them."""
+    import shutil
     import subprocess
+    import time
+    from pathlib import Path
 
-    path = ExecRunner().bwrap
-    if path is None:
+    path = bwrap_path()
+    if path is None or shutil.which("nsenter") is None:
         return False
-    probe = [path, "--unshare-user", "--unshare-pid", "--ro-bind", "/usr", "/usr"]
-    probe += ["--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64"]
+    probe = [path, "--unshare-user", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--ro-bind", "/usr", "/usr"]
+    probe += ["--proc", "/proc", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib"]
+    probe += ["--symlink", "usr/lib64", "/lib64", "--", "/bin/sleep", "10"]
     try:
-        return subprocess.run([*probe, "--", "/usr/bin/true"], capture_output=True, timeout=30).returncode == 0
+        with subprocess.Popen(probe, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as outer:
+            try:
+                children = ""
+                for _ in range(1000):  # 10 s: bwrap forks slowly on a loaded machine
+                    children = Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().strip()
+                    if outer.poll() is not None:
+                        break
+                    if (
+                        children
+                        and Path(f"/proc/{children.split()[0]}/cmdline").read_bytes() == b"/bin/sleep\x0010\x00"
+                    ):
+                        break  # PID 1 is set up (namespaces, mounts) and runs its command
+                    time.sleep(0.01)
+                if not children:
+                    return False
+                join = ["nsenter", "-t", children.split()[0], "-U", "-m", "-p", "--preserve-credentials", "-r", "-w"]
+                return subprocess.run([*join, "--", "/bin/true"], capture_output=True, timeout=30).returncode == 0
+            finally:
+                outer.kill()
     except (OSError, subprocess.TimeoutExpired):
         return False
 

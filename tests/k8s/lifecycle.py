@@ -1,9 +1,13 @@
 """Pod lifecycle simulation for the test server: the kubelet's part, as status updates and watch events.
 
 Pending -> scheduled -> ContainerCreating -> Running/Ready after ``ready_delay``, unless
-the image names a fault (see ``server``). ``activeDeadlineSeconds`` is enforced for real
-(from ``startTime``; re-armed when patched). A failed pod (evicted, OOMKilled, past its
-deadline) kills its exec processes, whose streams then close without a status.
+the image names a fault (see ``server``). Turning Running starts the pod's container
+(``container.Container``) with the pod's own command as PID 1. ``activeDeadlineSeconds``
+is enforced for real (from ``startTime``; re-armed when patched).
+
+A pod that fails (evicted, OOM-killed, past its deadline) first loses its container (so
+running execs die of SIGKILL and report 137, see ``exec_server``), and its status turns
+Failed ``status_lag`` seconds later, as a kubelet's status update trails the runtime.
 """
 
 from __future__ import annotations
@@ -11,38 +15,43 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .container import Container
 from .state import PodRuntime, now_rfc3339
-
-if TYPE_CHECKING:
-    from .exec_server import ExecRunner
 
 __all__ = ["PodLifecycle"]
 
 
 class PodLifecycle:
-    """Mixin for ``KubeTestServer``: needs ``pods``, ``runner``, ``ready_delay``, ``schedule_delay``, ``_bump``."""
+    """Mixin for ``KubeTestServer``: needs ``pods``, ``ready_delay``, ``schedule_delay``, ``status_lag``, ``_bump``."""
 
     pods: dict[tuple[str, str], PodRuntime]
-    runner: ExecRunner
     ready_delay: float
     schedule_delay: float
+    status_lag: float
 
     def _bump(self, rt: PodRuntime, kind: str = "MODIFIED") -> None:
         raise NotImplementedError
 
-    async def evict(self, name: str, namespace: str = "default") -> None:
+    async def evict(
+        self,
+        name: str,
+        namespace: str = "default",
+        message: str = "The node was low on resource: memory. Threshold quantity: 100Mi.",
+    ) -> None:
+        """The kubelet evicts the pod (node pressure by default; pass the kubelet's message for others)."""
         await self._fail_pod(
             self.pods[(namespace, name)],
             reason="Evicted",
-            message="The node was low on resource: memory. Threshold quantity: 100Mi.",
+            message=message,
             container_reason="ContainerStatusUnknown",
             exit_code=137,
             disruption=True,
         )
 
     async def oom_kill(self, name: str, namespace: str = "default") -> None:
+        """The container's memory cgroup ran out: the kernel kills the whole container (``memory.oom.group``)."""
         await self._fail_pod(
             self.pods[(namespace, name)], reason=None, message=None, container_reason="OOMKilled", exit_code=137
         )
@@ -120,6 +129,8 @@ class PodLifecycle:
         if fault == "oomkilled":
             await self._fail_pod(rt, reason=None, message=None, container_reason="OOMKilled", exit_code=137)
             return
+        rt.container = Container(rt.obj, rt.root)
+        await rt.container.start()
         running = {"running": {"startedAt": now_rfc3339()}}
         self._set(
             rt,
@@ -171,8 +182,15 @@ class PodLifecycle:
         exit_code: int,
         disruption: bool = False,
     ) -> None:
-        if rt.obj["status"].get("phase") in ("Failed", "Succeeded"):
+        if rt.obj["status"].get("phase") in ("Failed", "Succeeded") or rt.failing:
             return
+        rt.failing = True
+        if rt.container is not None:
+            await rt.container.stop(exit_code)
+            await asyncio.sleep(self.status_lag)
+        meta = rt.obj["metadata"]
+        if self.pods.get((meta["namespace"], meta["name"])) is not rt or meta.get("deletionTimestamp"):
+            return  # deleted meanwhile: no status update after the fact
         terminated = {"terminated": {"exitCode": exit_code, "reason": container_reason, "finishedAt": now_rfc3339()}}
         conds = [self._cond("Ready", False, "PodFailed")]
         if disruption:
@@ -183,4 +201,3 @@ class PodLifecycle:
         if message:
             extra["message"] = message
         self._set(rt, phase="Failed", conditions=conds, containerStatuses=self._container(rt, terminated), **extra)
-        await self.runner.kill_all(rt)

@@ -1,12 +1,23 @@
 """A Kubernetes API test server on a real socket: pods REST, watch streams, exec over WebSocket.
 
 It speaks the wire protocol a client sees from kube-apiserver (JSON objects and
-``Status`` errors, resourceVersions, chunked lists with ``continue``, newline-delimited
-watch events with BOOKMARKs and ``410 Gone``, merge patches, deletecollection, and the
-exec subresource's v4/v5 WebSocket channel protocol, see ``exec_server``). A pod's
-lifecycle is simulated (Pending -> Running/Ready after ``ready_delay``) and exec runs
-REAL local processes, each in a bubblewrap sandbox whose emptyDir mounts are
-directories under the pod's own temp dir.
+``Status`` errors on every path, discovery at ``/api``, ``/apis`` and ``/api/v1`` so kubectl
+works, resourceVersions, chunked lists with ``continue``, newline-delimited watch events
+with BOOKMARKs and ``410 Gone``, merge patches, deletecollection, and the exec
+subresource's v4/v5 WebSocket channel protocol, see ``exec_server``). A pod's lifecycle is
+simulated (Pending -> Running/Ready after ``ready_delay``); a running pod is a REAL
+container (``container``: a bubblewrap process tree with the pod's command as PID 1,
+emptyDir mounts as directories under the pod's temp dir) that every exec joins.
+
+Where a real cluster is less kind than a simple fake, this server is as unkind:
+
+- a closed exec socket leaves its command running; a container that dies mid-exec reports
+  137 on the status channel before the pod turns Failed (``status_lag`` later), or hangs
+  or closes without a status (``on_container_death``);
+- watches with a label or field selector see an object entering the selection as ADDED and
+  leaving it as DELETED; history is compacted every ``compaction_interval`` seconds, so a
+  watch or a ``continue`` token from before then gets 410 Gone;
+- request lines and headers up to Go's ``MaxHeaderBytes`` (1 MiB) are accepted.
 
 THIS IS NOT AN ISOLATION BOUNDARY: it is a test double for trusted test commands.
 
@@ -31,6 +42,7 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +50,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .exec_server import ExecRunner, handle_exec
+from .exec_server import handle_exec
 from .lifecycle import PodLifecycle
 from .openapi import psa_restricted_violations, validate_pod
 from .selectors import SelectorError, field_matcher, label_matcher
@@ -71,7 +83,9 @@ class KubeTestServer(PodLifecycle):
         psa_restricted: bool = True,
         tokens: set[str] | None = None,
         ssl_context: Any = None,
-        use_bwrap: bool = True,
+        status_lag: float = 0.3,
+        on_container_death: str = "status",
+        compaction_interval: float = 5.0,
     ) -> None:
         self.ready_delay = ready_delay
         self.schedule_delay = schedule_delay
@@ -81,6 +95,11 @@ class KubeTestServer(PodLifecycle):
         self.psa_restricted = psa_restricted
         self.tokens = tokens
         self.ssl_context = ssl_context
+        self.status_lag = status_lag
+        assert on_container_death in ("status", "hang", "close")
+        self.on_container_death = on_container_death
+        self.compaction_interval = compaction_interval
+        self.watch_lag = 0.0
         self.pods: dict[tuple[str, str], PodRuntime] = {}
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
@@ -91,11 +110,13 @@ class KubeTestServer(PodLifecycle):
         self.max_stdin_frame = 0
         self.exec_protocols: list[str] = []
         self.compacted_rv = 0
-        self._history: list[tuple[int, str, dict[str, Any]]] = []
+        self._history: list[tuple[int, str, dict[str, Any] | None, dict[str, Any]]] = []
+        self._last: dict[tuple[str, str], dict[str, Any]] = {}
+        self._tick_rv = self.rv
         self._watchers: list[_Watcher] = []
+        self._exec_sockets: dict[tuple[str, str], set[Any]] = {}
         self._bg: set[asyncio.Task[None]] = set()
         self._tmp = Path(tempfile.mkdtemp(prefix="k8s-test-server-"))
-        self.runner = ExecRunner(use_bwrap=use_bwrap)
         self._web: web.AppRunner | None = None
         self.url = ""
         self.port = 0
@@ -107,13 +128,26 @@ class KubeTestServer(PodLifecycle):
         app.router.add_route("*", "/api/v1/namespaces/{ns}/pods/{name}", self._item)
         app.router.add_route("*", "/api/v1/namespaces/{ns}/pods/{name}/exec", self._exec)
         app.router.add_get("/version", self._version)
-        self._web = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        app.router.add_get("/api", self._api_versions)
+        app.router.add_get("/apis", self._api_groups)
+        app.router.add_get("/api/v1", self._api_resources)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._web = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=1.0,
+            # Go's http.Server: MaxHeaderBytes 1 MiB for the request line and headers (aiohttp: 8 KiB)
+            max_line_size=1 << 20,
+            max_field_size=1 << 20,
+        )
         await self._web.setup()
         site = web.TCPSite(self._web, "127.0.0.1", port, ssl_context=self.ssl_context)
         await site.start()
         sock = site._server.sockets[0]  # type: ignore[union-attr]
         self.port = sock.getsockname()[1]
         self.url = f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
+        self._spawn(self._compact_forever())
         return self.url
 
     async def stop(self) -> None:
@@ -123,7 +157,8 @@ class KubeTestServer(PodLifecycle):
             task.cancel()
         for rt in list(self.pods.values()):
             self._cancel_tasks(rt)
-            await self.runner.kill_all(rt)
+            if rt.container is not None:
+                await rt.container.stop()
         if self._web is not None:
             await self._web.cleanup()
         shutil.rmtree(self._tmp, ignore_errors=True)
@@ -140,9 +175,9 @@ class KubeTestServer(PodLifecycle):
         self.faults.append(fault)
         return fault
 
-    def take_fault(self, method: str, path: str, *kinds: str) -> Fault | None:
+    def take_fault(self, method: str, path: str, *kinds: str, query: str = "") -> Fault | None:
         for fault in self.faults:
-            if fault.matches(method, path, kinds):
+            if fault.matches(method, path, kinds, query):
                 fault.times -= 1
                 fault.hits += 1
                 return fault
@@ -165,11 +200,24 @@ class KubeTestServer(PodLifecycle):
 
     def events(self, name: str) -> list[str]:
         """The watch event types the server emitted for pod ``name`` (ADDED, MODIFIED..., DELETED)."""
-        return [kind for _, kind, obj in self._history if obj["metadata"]["name"] == name]
+        return [kind for _, kind, _, obj in self._history if obj["metadata"]["name"] == name]
+
+    def processes(self, name: str, namespace: str = "default") -> list[tuple[int, str]]:
+        """Processes running in the pod's container besides its idle PID 1 (host pid, command line)."""
+        rt = self.pods.get((namespace, name))
+        return rt.container.processes() if rt is not None and rt.container is not None else []
+
+    def drop_exec_streams(self, name: str, namespace: str = "default") -> None:
+        """Break every open exec socket of a pod (a proxy or load balancer dropped them); commands run on."""
+        for ws in list(self._exec_sockets.get((namespace, name), ())):
+            transport = ws._req.transport if ws._req is not None else None
+            if transport is not None:
+                transport.abort()
 
     def expire_watches(self) -> None:
-        """Compact history: open watches get an ERROR 410 event; older resourceVersions are gone."""
+        """Compact history now and end every open watch with an ERROR 410 event (a watch cache reset)."""
         self.compacted_rv = self.rv
+        self._history.clear()
         for w in list(self._watchers):
             w.queue.put_nowait(
                 {"type": "ERROR", "object": status_body(410, "Expired", "too old resource version: compacted")}
@@ -181,25 +229,66 @@ class KubeTestServer(PodLifecycle):
         await self._delete(self.pods[(namespace, name)], grace)
 
     # -- plumbing ----------------------------------------------------------------
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    def detach(self, rt: PodRuntime, proc: Any, pumps: Any) -> None:
+        """An exec whose client went away: it runs on; reap it when it ends."""
+
+        async def reap() -> None:
+            with contextlib.suppress(Exception):
+                await pumps
+                await proc.wait()
+            if rt.container is not None:
+                rt.container.execs.discard(proc)
+
+        self._spawn(reap())
+
+    async def _compact_forever(self) -> None:
+        """etcd compacts on a timer: resourceVersions older than the last tick are gone."""
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(min(self.compaction_interval, 0.05))  # a changed interval applies at once
+            if time.monotonic() - last < self.compaction_interval:
+                continue
+            last = time.monotonic()
+            self.compacted_rv = max(self.compacted_rv, self._tick_rv)
+            self._tick_rv = self.rv
+            self._history = [h for h in self._history if h[0] > self.compacted_rv]
+
     def _bump(self, rt: PodRuntime, kind: str = "MODIFIED") -> None:
         self.rv += 1
         rt.obj["metadata"]["resourceVersion"] = str(self.rv)
-        self._emit(kind, rt.obj)
-
-    def _emit(self, kind: str, obj: dict[str, Any]) -> None:
-        snap = copy.deepcopy(obj)
-        self._history.append((self.rv, kind, snap))
-        if len(self._history) > 5000:
-            del self._history[:1000]
-            self.compacted_rv = max(self.compacted_rv, self._history[0][0] - 1)
+        meta = rt.obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        snap = copy.deepcopy(rt.obj)
+        prev = self._last.pop(key, None) if kind == "DELETED" else self._last.get(key)
+        if kind != "DELETED":
+            self._last[key] = snap
+        self._history.append((self.rv, kind, prev, snap))
         for w in self._watchers:
-            if self._visible(w, snap):
-                w.queue.put_nowait({"type": kind, "object": snap})
+            if (event := self._event_for(w, kind, prev, snap)) is not None:
+                w.queue.put_nowait(event)
 
     @staticmethod
-    def _visible(w: _Watcher, obj: dict[str, Any]) -> bool:
+    def _visible(w: _Watcher, obj: dict[str, Any] | None) -> bool:
+        if obj is None:
+            return False
         meta = obj["metadata"]
         return meta.get("namespace") == w.namespace and w.labels(meta.get("labels") or {}) and w.fields(obj)
+
+    def _event_for(
+        self, w: _Watcher, kind: str, prev: dict[str, Any] | None, snap: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The event one watcher sees: an object entering its selection is ADDED, one leaving it DELETED."""
+        was, now = self._visible(w, prev), self._visible(w, snap)
+        if kind == "DELETED":
+            return {"type": "DELETED", "object": snap} if was or now else None
+        if now:
+            return {"type": "MODIFIED" if was else "ADDED", "object": snap}
+        return {"type": "DELETED", "object": snap} if was else None
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -227,7 +316,8 @@ class KubeTestServer(PodLifecycle):
             auth = request.headers.get("Authorization", "")
             if not auth.startswith("Bearer ") or auth[7:] not in self.tokens:
                 return status_response(401, "Unauthorized", "Unauthorized")
-        if (f := self.take_fault(request.method, request.path, "delay")) is not None:
+        query = urllib.parse.unquote_plus(request.query_string)
+        if (f := self.take_fault(request.method, request.path, "delay", query=query)) is not None:
             await asyncio.sleep(f.seconds)
         kinds = ("status", "drop", "watch_410", "drop_after") if watch else ("status", "drop", "drop_after")
         if (f := self.take_fault(request.method, request.path, *kinds)) is not None:
@@ -259,7 +349,29 @@ class KubeTestServer(PodLifecycle):
             self.in_flight -= 1
 
     async def _version(self, request: web.Request) -> web.Response:
-        return web.json_response({"major": "1", "minor": "34", "gitVersion": "v1.34.0-cwsandbox-test"})
+        return web.json_response(
+            {"major": "1", "minor": "34", "gitVersion": "v1.34.0-cwsandbox-test", "platform": "linux/amd64"}
+        )
+
+    async def _api_versions(self, request: web.Request) -> web.Response:
+        cidr = [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]
+        return web.json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": cidr})
+
+    async def _api_groups(self, request: web.Request) -> web.Response:
+        return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+
+    async def _api_resources(self, request: web.Request) -> web.Response:
+        pod_verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        resources = [
+            {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": pod_verbs,
+             "shortNames": ["po"], "categories": ["all"]},
+            {"name": "pods/exec", "singularName": "", "namespaced": True, "kind": "PodExecOptions",
+             "verbs": ["create", "get"]},
+        ]  # fmt: skip
+        return web.json_response({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return status_response(404, "NotFound", "the server could not find the requested resource")
 
     # -- collection: list, watch, create, deletecollection -------------------------
     def _selected(self, request: web.Request) -> list[PodRuntime]:
@@ -303,7 +415,7 @@ class KubeTestServer(PodLifecycle):
         start, list_rv = 0, self.rv
         if cont := request.query.get("continue"):
             token = json.loads(base64.b64decode(cont))
-            if token["rv"] <= self.compacted_rv:
+            if token["rv"] < self.compacted_rv:
                 return status_response(410, "Expired", "The provided continue parameter is too old")
             start, list_rv = token["start"], token["rv"]
         page = selected[start : start + limit] if limit else selected[start:]
@@ -328,7 +440,7 @@ class KubeTestServer(PodLifecycle):
         timeout = float(request.query.get("timeoutSeconds", "1800"))
         resp = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
         await resp.prepare(request)
-        if rv_param not in ("", "0") and int(rv_param) < self.compacted_rv:
+        if rv_param not in ("", "0") and int(rv_param) < self.compacted_rv:  # the apiserver says so in an event
             err = status_body(410, "Expired", f"too old resource version: {rv_param} ({self.compacted_rv})")
             await resp.write(json.dumps({"type": "ERROR", "object": err}).encode() + b"\n")
             return resp
@@ -336,9 +448,9 @@ class KubeTestServer(PodLifecycle):
             for rt in self._selected(request):
                 w.queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(rt.obj)})
         else:
-            for rv, kind, obj in self._history:
-                if rv > int(rv_param) and self._visible(w, obj):
-                    w.queue.put_nowait({"type": kind, "object": obj})
+            for rv, kind, prev, obj in self._history:
+                if rv > int(rv_param) and (event := self._event_for(w, kind, prev, obj)) is not None:
+                    w.queue.put_nowait(event)
         self._watchers.append(w)
         deadline = time.monotonic() + timeout
         try:
@@ -355,6 +467,8 @@ class KubeTestServer(PodLifecycle):
                     continue
                 if event is None:
                     break
+                if self.watch_lag:
+                    await asyncio.sleep(self.watch_lag)  # a slow watch: events arrive after later writes
                 await resp.write(json.dumps(event).encode() + b"\n")
         except (ConnectionResetError, RuntimeError):
             pass
@@ -453,17 +567,17 @@ class KubeTestServer(PodLifecycle):
             self._bump(rt)
             self._cancel_tasks(rt)
             after = 0 if grace == 0 else min(grace, self.termination_delay)
-            task = asyncio.get_running_loop().create_task(self._finish_delete(ns, name, after))
-            self._bg.add(task)
-            task.add_done_callback(self._bg.discard)
-        await self.runner.kill_all(rt)
+            self._spawn(self._finish_delete(ns, name, after))
+        if rt.container is not None:  # the idle PID 1 exits on SIGTERM at once; running execs die with it
+            await rt.container.stop(0)
 
     async def _finish_delete(self, ns: str, name: str, after: float) -> None:
         await asyncio.sleep(after)
         rt = self.pods.pop((ns, name), None)
         if rt is None:
             return
-        await self.runner.kill_all(rt)
+        if rt.container is not None:
+            await rt.container.stop(0)
         self._bump(rt, "DELETED")
         shutil.rmtree(rt.root, ignore_errors=True)
 

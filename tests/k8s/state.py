@@ -12,6 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .container import Container
+
 __all__ = ["Fault", "PodRuntime", "Recorded", "merge_patch", "now_rfc3339", "status_body", "status_response"]
 
 
@@ -59,7 +61,9 @@ class Fault:
     while counted in flight),
     ``watch_410`` (a watch request gets HTTP 410), ``exec_no_status`` (the command runs, the
     socket closes without a status), ``exec_status`` (reply ``status_json`` instead of the
-    real status), ``exec_drop`` (close the socket right after the upgrade).
+    real status), ``exec_drop`` (close the socket right after the upgrade). Faults of the
+    container itself are pod methods on the server (``evict``, ``oom_kill``) and its
+    ``on_container_death`` setting.
     """
 
     kind: str
@@ -70,14 +74,16 @@ class Fault:
     seconds: float = 0.0
     times: int = 1
     status_json: dict[str, Any] | None = None
+    query: str | None = None  # a regex the (decoded) query string must match, e.g. an exec's command
     hits: int = 0
 
-    def matches(self, method: str, path: str, kinds: tuple[str, ...]) -> bool:
+    def matches(self, method: str, path: str, kinds: tuple[str, ...], query: str = "") -> bool:
         return (
             self.times > 0
             and self.kind in kinds
             and (self.method is None or self.method == method)
             and (self.path is None or re.search(self.path, path) is not None)
+            and (self.query is None or re.search(self.query, query) is not None)
         )
 
 
@@ -101,5 +107,11 @@ class PodRuntime:
     root: Path
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     deadline_task: asyncio.Task[None] | None = None
-    execs: set[Any] = field(default_factory=set)
+    container: Container | None = None
     start_monotonic: float | None = None
+    failing: bool = False
+
+    @property
+    def execs(self) -> set[Any]:
+        """The exec processes still alive in this pod (attached or not)."""
+        return self.container.execs if self.container is not None else set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -9,12 +10,13 @@ from typing import Any
 import anyio
 import pytest
 
+import cwsandbox_async as cwa
 from cwsandbox_async import SandboxNotRunningError, SandboxValidationError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 from cwsandbox_async.backends.kubernetes._exec import ExecStatusError, exit_code
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import TEST_IMAGE, needs_bwrap, wait_for
+from .conftest import TEST_IMAGE, needs_bwrap
 from .server import KubeTestServer
 
 pytestmark = needs_bwrap
@@ -115,14 +117,22 @@ async def test_a_command_too_long_for_the_url_is_refused(sandbox: tuple[Kubernet
         await run(sandbox, "echo", "x" * (600 * 1024))
 
 
-async def test_cancelling_an_exec_kills_the_process(
-    server: KubeTestServer, sandbox: tuple[KubernetesBackend, str]
+async def test_a_long_command_line_goes_through(sandbox: tuple[KubernetesBackend, str]) -> None:
+    arg = "x" * 20_000  # far past aiohttp's 8 KiB request line, well within Go's 1 MiB
+    r = await run(sandbox, "/bin/sh", "-c", 'printf %s "$1" | wc -c', "sh", arg)
+    assert r.stdout == b"20000\n"
+
+
+async def test_the_session_header_is_not_output(sandbox: tuple[KubernetesBackend, str]) -> None:
+    r = await run(sandbox, "/bin/sh", "-c", "echo 4242 >&2; echo out")
+    assert (r.stdout, r.stderr) == (b"out\n", b"4242\n")  # the program's own digits stay
+
+
+async def test_a_command_killed_by_a_signal_in_a_live_pod_is_its_own_exit(
+    sandbox: tuple[KubernetesBackend, str],
 ) -> None:
-    backend, sid = sandbox
-    with anyio.move_on_after(0.5):
-        await backend.exec(sid, make_request("sleep", "60"))
-    rt = server.pods[("default", sid)]
-    await wait_for(lambda: not rt.execs)
+    r = await run(sandbox, "/bin/sh", "-c", "kill -9 $$")
+    assert (r.returncode, r.timed_out, r.oom_killed) == (137, False, False)
 
 
 async def test_exec_into_a_missing_pod_is_not_running(server: KubeTestServer) -> None:
@@ -149,3 +159,54 @@ def test_exit_code_from_status() -> None:
     ):
         with pytest.raises(ExecStatusError):
             exit_code(bad)
+
+
+async def raw_exec(server: KubeTestServer, pod: str, protocols: tuple[str, ...], command: str) -> list[Any]:
+    """An exec with a bare aiohttp socket: the frames as the server sends them."""
+    import aiohttp
+
+    url = f"{server.url}/api/v1/namespaces/default/pods/{pod}/exec"
+    params = [("command", "/bin/sh"), ("command", "-c"), ("command", command), ("stdin", "true"), ("stdout", "true")]
+    frames: list[Any] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, params=params, protocols=protocols) as ws:
+        await ws.send_str("\x00from a text frame")  # the Go server reads TEXT frames like BINARY ones
+        await ws.send_bytes(b"\xff\x00")
+        with anyio.fail_after(20):
+            async for msg in ws:
+                frames.append(msg.data)
+    return frames
+
+
+async def test_text_stdin_frames_are_read_like_binary_ones(
+    server: KubeTestServer, sandbox: tuple[KubernetesBackend, str]
+) -> None:
+    if server.protocols[0].startswith("v4"):
+        pytest.skip("v4 cannot end stdin: the command would not see EOF")
+    frames = await raw_exec(server, sandbox[1], ("v5.channel.k8s.io",), "cat")
+    assert b"\x01from a text frame" in frames and frames[-1].startswith(b"\x03")
+
+
+async def test_a_container_that_is_not_running_fails_after_the_upgrade(server: KubeTestServer) -> None:
+    backend = KubernetesBackend(server=server.url, image="registry.test/fault-stuck")
+    spec = make_spec("stuck", create_timeout_seconds=1)
+    try:
+        with pytest.raises(cwa.SandboxTimeoutError):
+            await backend.create(spec)
+        frames = await raw_exec(server, spec.sandbox_id, server.protocols, "true")
+        status = json.loads(frames[-1][1:])
+        assert frames[0] == b"\x01" and frames[-1][:1] == b"\x03"  # upgraded, then told on the status channel
+        assert (status["reason"], status["code"]) == ("InternalError", 500)
+        assert 'container not found ("main")' in status["message"]
+    finally:
+        await backend.destroy(spec.sandbox_id)
+        await backend.aclose()
+
+
+async def test_an_unsupported_subprotocol_is_refused(
+    server: KubeTestServer, sandbox: tuple[KubernetesBackend, str]
+) -> None:
+    import aiohttp
+
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await raw_exec(server, sandbox[1], ("channel.k8s.io",), "true")
+    assert info.value.status == 403

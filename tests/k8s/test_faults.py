@@ -199,19 +199,61 @@ async def test_pod_stuck_pending_times_out_and_is_deleted(
     await wait_no_pods(k8s_server)
 
 
-@pytest.mark.parametrize("how", ["evict", "oom"])
-async def test_pod_death_mid_exec_is_not_running(
-    k8s_server: KubeTestServer, make_backend: BackendFactory, how: str
+DEATHS = ["status", "hang", "close"]  # how a real exec stream reports its container's death
+
+
+@pytest.mark.parametrize("death", DEATHS)
+async def test_eviction_mid_exec_is_the_platforms_fault(
+    k8s_server: KubeTestServer, make_backend: BackendFactory, death: str
 ) -> None:
+    k8s_server.on_container_death = death
     async with session(make_backend()) as s:
-        sb = await s.sandbox(image=f"registry.test/fault-{how}:0.5")
+        sb = await s.sandbox(image="registry.test/fault-evict:0.5")
         start = time.monotonic()
-        with pytest.raises(SandboxNotRunningError, match=r"Evicted|OOMKilled"):
+        with pytest.raises(SandboxNotRunningError, match="Evicted") as info:
             await sb.exec(["sleep", "30"])
-        assert time.monotonic() - start < 10
+        assert info.value.infrastructure is True
+        assert time.monotonic() - start < 10  # the exec's 30 s deadline is not waited out
         assert await sb.refresh_status() is cwa.SandboxStatus.FAILED
         with pytest.raises(SandboxNotRunningError):
             await sb.exec(["true"])
+    await wait_no_pods(k8s_server)
+
+
+@pytest.mark.parametrize("death", DEATHS)
+async def test_an_oom_kill_mid_exec_is_the_programs_result(
+    k8s_server: KubeTestServer, make_backend: BackendFactory, death: str
+) -> None:
+    k8s_server.on_container_death = death
+    async with session(make_backend()) as s:
+        sb = await s.sandbox(image="registry.test/fault-oom:0.5")
+        start = time.monotonic()
+        r = await sb.exec(["sleep", "30"])
+        assert (r.oom_killed, r.returncode, r.timed_out) == (True, -9, False)
+        assert time.monotonic() - start < 10
+        # the sandbox died of its own program's memory: not the platform's fault either
+        with pytest.raises(SandboxNotRunningError, match="OOMKilled") as info:
+            await sb.exec(["true"])
+        assert info.value.infrastructure is False
+    await wait_no_pods(k8s_server)
+
+
+async def test_an_eviction_the_program_caused_is_not_infrastructure(
+    k8s_server: KubeTestServer, make_backend: BackendFactory
+) -> None:
+    async with session(make_backend()) as s:
+        sb = await s.sandbox()
+
+        async def fill_the_disk() -> None:
+            await wait_for(lambda: any("sleep 30" in c for _, c in k8s_server.processes(sb.sandbox_id)))
+            message = 'Usage of EmptyDir volume "workspace" exceeds the limit "512Mi". '
+            await k8s_server.evict(sb.sandbox_id, message=message)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fill_the_disk)
+            with pytest.raises(SandboxNotRunningError, match="exceeds the limit") as info:
+                await sb.exec(["sleep", "30"])
+        assert info.value.infrastructure is False
     await wait_no_pods(k8s_server)
 
 
@@ -251,20 +293,25 @@ async def test_set_lifetime_patches_the_hard_ttl(k8s_server: KubeTestServer, mak
     from cwsandbox_async import SandboxValidationError
     from cwsandbox_async.testing.contract import make_spec
 
-    backend = make_backend()
-    spec = make_spec("ttl", max_lifetime_seconds=None)  # a pooled pod: no TTL until it is leased
+    backend = make_backend(default_lifetime_seconds=7200)
+    spec = make_spec("ttl", max_lifetime_seconds=None)  # a pooled pod: its lease sets the real TTL
     sid = spec.sandbox_id
     await backend.create(spec)
-    assert "activeDeadlineSeconds" not in k8s_server.pod(sid)["spec"]
+    assert k8s_server.pod(sid)["spec"]["activeDeadlineSeconds"] == 7200  # never without one
+    await backend.set_lifetime(sid, None)  # no lease limit: the default stays
+    assert k8s_server.calls("PATCH") == []
     await backend.set_lifetime(sid, 600)
     assert 600 <= k8s_server.pod(sid)["spec"]["activeDeadlineSeconds"] <= 610
     (patch,) = k8s_server.calls("PATCH")
     assert patch.headers["Content-Type"] == "application/merge-patch+json"
     with pytest.raises(SandboxValidationError, match="cannot extend"):
         await backend.set_lifetime(sid, 3600)  # Kubernetes only lets the deadline shrink
+    assert 600 <= k8s_server.pod(sid)["spec"]["activeDeadlineSeconds"] <= 610
     await backend.set_lifetime(sid, 0.5)
     await wait_for(lambda: k8s_server.pod(sid)["status"].get("reason") == "DeadlineExceeded")
     await backend.destroy(sid)
+    with pytest.raises(SandboxNotRunningError):
+        await backend.set_lifetime(sid, 10)
     await wait_no_pods(k8s_server)
 
 

@@ -14,6 +14,7 @@ from cwsandbox_async import SandboxCreationError, SandboxValidationError
 from cwsandbox_async._types import Resources, SandboxDefaults, SandboxSpec
 from cwsandbox_async.backends.kubernetes import KubernetesOptions
 from cwsandbox_async.backends.kubernetes._manifest import build_pod, label_value, tag_key, tags_of
+from cwsandbox_async.backends.kubernetes._options import TIMEOUT_DEFAULTS
 
 from .conftest import TEST_IMAGE, BackendFactory, needs_bwrap, wait_no_pods
 from .openapi import psa_restricted_violations, validate_pod
@@ -191,3 +192,20 @@ async def test_loaded_by_name_through_a_session(k8s_server: KubeTestServer) -> N
             await sb.write_file("/workspace/hello.txt", "héllo")
             assert await sb.read_file("/workspace/hello.txt") == "héllo".encode()
     await wait_no_pods(k8s_server)
+
+
+def test_every_pod_has_a_finite_deadline() -> None:
+    opts = KubernetesOptions(image=TEST_IMAGE, default_lifetime_seconds=1234.5)
+    forever = SandboxSpec("sbx-forever", "s", SandboxDefaults(max_lifetime_seconds=None))
+    assert build_pod(forever, opts, namespace="ns", driver="d")["spec"]["activeDeadlineSeconds"] == 1235
+    bounded = SandboxSpec("sbx-bounded", "s", SandboxDefaults(max_lifetime_seconds=60))
+    assert build_pod(bounded, opts, namespace="ns", driver="d")["spec"]["activeDeadlineSeconds"] == 60
+
+
+@pytest.mark.parametrize("name", sorted(TIMEOUT_DEFAULTS))
+def test_timeouts_none_means_the_default_and_must_be_positive(name: str) -> None:
+    assert getattr(KubernetesOptions(**{name: None}), name) == TIMEOUT_DEFAULTS[name]
+    assert getattr(KubernetesOptions(**{name: 2.5}), name) == 2.5
+    for bad in (0, -1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(SandboxValidationError, match=name):
+            KubernetesOptions(**{name: bad})

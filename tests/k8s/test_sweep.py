@@ -86,6 +86,7 @@ async def test_a_create_that_lands_after_its_destroy_is_reaped(
     backend = make_backend()
     await backend.create(make_spec("warm"))  # starts the shared watch
     k8s_server.add_fault("delay", method="POST", seconds=0.5)
+    k8s_server.watch_lag = 0.1  # the pod's start events reach the watch after the reaping DELETE returned
     spec = make_spec("late")
     with anyio.move_on_after(0.2):
         await backend.create(spec)  # cancelled while the POST is still in flight
@@ -93,7 +94,11 @@ async def test_a_create_that_lands_after_its_destroy_is_reaped(
     assert spec.sandbox_id not in k8s_server.pods
     # the POST lands, and the watch reaps the pod
     await wait_for(lambda: k8s_server.events(spec.sandbox_id)[-1:] == ["DELETED"])
+    # every event has reached the backend's watch (they come in order; DELETED is the last)
+    await wait_for(lambda: backend.watch is not None and backend.watch.seen_deleted(spec.sandbox_id))
     assert k8s_server.events(spec.sandbox_id)[0] == "ADDED"
+    # the destroy's DELETE (404) and ONE reaping DELETE, however many events the pod's start sent before
+    # the reap took effect (under load they arrive after it: that once made a third DELETE)
     deletes = k8s_server.calls("DELETE", spec.sandbox_id)
     assert len(deletes) == 2
 

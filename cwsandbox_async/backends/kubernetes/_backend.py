@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import math
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -18,21 +16,18 @@ from ..._errors import (
     SandboxBackendUnavailableError,
     SandboxCreationError,
     SandboxError,
-    SandboxNotRunningError,
     SandboxTerminatedError,
-    SandboxTransportError,
     SandboxValidationError,
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
 from ..._validate import validate_tags, validate_timeout
 from ..base import Backend, OutputCallback
-from ._auth import parse_rfc3339
+from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
-from ._config import load_config
-from ._exec import KILL_AFTER_SECONDS, ExecStatusError, StreamResult, exit_code, stream_exec, wrap_command
-from ._files import read_argv, read_result, write_argv, write_result
+from ._connect import connect
 from ._inventory import list_pods, pods_path, sandbox_info
+from ._lifetime import set_lifetime
 from ._manifest import (
     DRIVER_LABEL,
     MANAGED_BY,
@@ -42,13 +37,12 @@ from ._manifest import (
     tag_selector,
 )
 from ._options import KubernetesOptions
-from ._podstate import MAIN_CONTAINER, PodView, view
+from ._podstate import PodView, view
+from ._runner import PodRunner
 from ._watch import PodWatch
 
 __all__ = ["KubernetesBackend"]
 
-#: Seconds past an exec's own timeout before the client gives up on the stream.
-EXEC_SLACK_SECONDS = KILL_AFTER_SECONDS + 3.0
 #: Destroyed ids remembered (so status says COMPLETED and late creations are reaped).
 MAX_REMEMBERED = 100_000
 
@@ -70,7 +64,8 @@ class KubernetesBackend(Backend):
     ``memory_mib`` become limits (and equal requests), ``tmp_mib``/``workspace_mib`` the
     emptyDir size limits, ``cpu_seconds`` an in-container ``ulimit -t``; ``pids`` and
     ``file_size_mib`` are not enforced per pod (use the kubelet's ``podPidsLimit``).
-    ``max_lifetime_seconds`` is the pod's ``activeDeadlineSeconds``. ``network=False`` only
+    ``max_lifetime_seconds`` is the pod's ``activeDeadlineSeconds`` (``default_lifetime_seconds``,
+    6 h, when it is None: every pod ends by itself). ``network=False`` only
     labels the pod ``cwsandbox.io/network=none``: a NetworkPolicy selecting that label
     (see the README) does the blocking.
 
@@ -78,11 +73,22 @@ class KubernetesBackend(Backend):
     (exec upgrades included), retries (``max_retries``) honouring ``Retry-After``,
     ``request_timeout_seconds`` per attempt.
 
+    Execs: each command runs in a session of its own; an exec the backend abandons
+    (cancelled, timed out, cut at the output cap, a broken stream) has its session killed by
+    a follow-up exec in the background (a closed exec socket does not stop a command on a
+    real cluster), and the next call on that sandbox waits for it. ``ExecRequest.exclusive``
+    kills every other process in the pod first; ``ExecRequest.cpu_seconds`` and
+    ``Resources.cpu_seconds`` become ``ulimit -t`` (``cpu_exceeded`` on SIGXCPU).
+
     Failures: a pod that cannot start raises ``SandboxCreationError`` with ``reason`` set to
     the Kubernetes reason (``ImagePullBackOff``, ``Unschedulable``, ``OOMKilled``,
-    ``Forbidden``...); a pod that died raises ``SandboxNotRunningError``; a broken stream
-    ``SandboxTransportError``; an unreachable or unauthorised API server
-    ``SandboxBackendUnavailableError``.
+    ``Forbidden``...). A pod that dies during an exec (reported by the exec as exit 137, a
+    hang, or no status) is looked up: a container ``OOMKilled`` by the program's memory is
+    the program's result (``ExecExit.oom_killed``); any other death raises
+    ``SandboxNotRunningError``, with ``infrastructure`` False when the program or the caller
+    caused it (storage limits, the pod's own deadline) and True otherwise. A broken stream
+    raises ``SandboxTransportError``; an unreachable or unauthorised API server
+    ``SandboxBackendUnavailableError``. An unexpected exception is a bug and propagates.
     """
 
     name = "kubernetes"
@@ -95,8 +101,10 @@ class KubernetesBackend(Backend):
         self._namespace: str | None = None
         self._lock: anyio.Lock | None = None
         self._destroyed: OrderedDict[str, None] = OrderedDict()
+        self._reaped: dict[str, None] = {}  # late pods whose reaping DELETE went through
         self._cpu_seconds: dict[str, int | None] = {}
-        self._reapers: set[asyncio.Task[None]] = set()
+        self._cleanup: Cleanup | None = None
+        self._runner: PodRunner | None = None
         self._created_any = False
         self._closed = False
 
@@ -128,10 +136,12 @@ class KubernetesBackend(Backend):
                 self._lock = anyio.Lock()
             async with self._lock:
                 if self._client is None:
-                    cfg = await anyio.to_thread.run_sync(load_config, self.options)
-                    self._namespace = cfg.namespace
-                    self._client = KubeClient(cfg, self.options)
-                    log.debug("k8s backend configured", source=cfg.source, namespace=cfg.namespace)
+                    conn = await connect(self.options)
+                    self._namespace = conn.namespace
+                    self._cleanup = Cleanup()
+                    self._runner = PodRunner(self.options, self._ensure, self, self._cleanup)
+                    self._client = KubeClient(conn, self.options)
+                    log.debug("k8s backend configured", source=conn.source, namespace=conn.namespace)
         assert self._namespace is not None
         return self._client, self._namespace
 
@@ -139,8 +149,16 @@ class KubernetesBackend(Backend):
         client, ns = await self._ensure()
         if self._watch is None:
             sel = selector(f"{MANAGED_BY_LABEL}={MANAGED_BY}", f"{DRIVER_LABEL}={self.driver_id}")
+            o = self.options
             self._watch = PodWatch(
-                client, ns, sel, watch_timeout=self.options.watch_timeout_seconds, on_change=self._on_change
+                client,
+                ns,
+                sel,
+                watch_timeout=o.watch_timeout_seconds,
+                stale=o.watch_stale_seconds,
+                down_poll=o.watch_down_poll_seconds,
+                max_backoff=o.max_backoff_seconds,
+                on_change=self._on_change,
             )
             self._watch.start()
         return self._watch
@@ -158,16 +176,41 @@ class KubernetesBackend(Backend):
         """Reap a pod that appears after we destroyed it (a create that raced its own cancellation)."""
         if pod is None or name not in self._destroyed or (pod.get("metadata") or {}).get("deletionTimestamp"):
             return
-        task = asyncio.get_running_loop().create_task(self._reap(name))
-        self._reapers.add(task)
-        task.add_done_callback(self._reapers.discard)
+        if self._cleanup is None or self._cleanup.pending(f"reap:{name}") or name in self._reaped:
+            # one DELETE per pod: events sent before it took effect (they may arrive after it) add none
+            return
 
-    async def _reap(self, name: str) -> None:
-        try:
+        async def reap() -> None:
             await self._delete(name)
+            self._reaped[name] = None
+            while len(self._reaped) > MAX_REMEMBERED:
+                del self._reaped[next(iter(self._reaped))]
             log.info("k8s reaped a pod created after its sandbox was destroyed", sandbox_id=name)
-        except SandboxError as exc:
-            log.warning("k8s reaping failed", sandbox_id=name, error=repr(exc))
+
+        self._cleanup.spawn(f"reap:{name}", "reap", reap, within=self.options.kill_timeout_seconds)
+
+    # -- what the runner asks about pods (``_runner.Pods``) ----------------------
+    def destroyed(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._destroyed
+
+    def cached(self, sandbox_id: str) -> PodView | None:
+        return self._watch.view(sandbox_id) if self._watch is not None else None
+
+    async def fetch(self, sandbox_id: str) -> PodView:
+        return await self._pod_view(sandbox_id)
+
+    def dead_waiter(self, sandbox_id: str) -> Callable[[], Awaitable[PodView]] | None:
+        watch = self._watch
+        if watch is None:
+            return None
+
+        async def wait() -> PodView:
+            return await watch.wait_dead(sandbox_id)
+
+        return wait
+
+    def cpu_seconds(self, sandbox_id: str) -> int | None:
+        return self._cpu_seconds.get(sandbox_id)
 
     async def _delete(self, name: str) -> None:
         client, ns = await self._ensure()
@@ -235,125 +278,26 @@ class KubernetesBackend(Backend):
             ) from exc
         raise exc
 
-    # -- exec ------------------------------------------------------------------
-    def _check_usable(self, sandbox_id: str) -> None:
-        if sandbox_id in self._destroyed:
-            raise SandboxTerminatedError(f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id)
-        cached = self._watch.view(sandbox_id) if self._watch is not None else None
-        if cached is not None and cached.dead:
-            raise cached.not_running_error()
-
-    async def _stream(self, sandbox_id: str, argv: Sequence[str], **kw: Any) -> StreamResult:
-        client, ns = await self._ensure()
-        self._check_usable(sandbox_id)
-        try:
-            return await stream_exec(
-                client,
-                ns,
-                sandbox_id,
-                argv,
-                container=MAIN_CONTAINER,
-                connect_timeout=2 * self.options.request_timeout_seconds,
-                **kw,
-            )
-        except KubeApiError as exc:
-            raise await self._diagnose(sandbox_id, exc) from exc
-
-    async def _diagnose(self, sandbox_id: str, exc: SandboxTransportError) -> SandboxError:
-        """Turn a failed exec into the most specific error: a dead pod beats a broken socket."""
-        status = getattr(exc, "status", None)
-        if status == 403:
-            return SandboxBackendUnavailableError(
-                f"exec into {sandbox_id} forbidden: grant get and create on pods/exec ({exc.message})",
-                sandbox_id=sandbox_id,
-            )
-        try:
-            with anyio.fail_after(self.options.request_timeout_seconds):
-                pod = await self._pod_view(sandbox_id)
-        except (SandboxError, TimeoutError):
-            return exc
-        if pod.dead:
-            return pod.not_running_error()
-        exc.sandbox_id = sandbox_id
-        return exc
-
-    async def _exit_code(self, sandbox_id: str, res: StreamResult) -> int:
-        if res.status is None:
-            raise await self._diagnose(
-                sandbox_id,
-                SandboxTransportError(
-                    f"exec stream to {sandbox_id} closed without an exit status ({res.protocol})", sandbox_id=sandbox_id
-                ),
-            )
-        try:
-            return exit_code(res.status, sandbox_id)
-        except ExecStatusError as exc:
-            raise await self._diagnose(sandbox_id, exc) from exc
+    # -- exec and files (``_runner``) ---------------------------------------------
+    async def _runner_for(self) -> PodRunner:
+        await self._ensure()
+        assert self._runner is not None
+        return self._runner
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
-        stdin = request.stdin or b""
-        argv = wrap_command(
-            request.argv,
-            cwd=request.cwd,
-            env=request.env,
-            timeout=request.timeout_seconds,
-            cpu_seconds=self._cpu_seconds.get(sandbox_id),
-            stdin_len=len(stdin),
-        )
+        return await (await self._runner_for()).exec(sandbox_id, request, on_output)
 
-        async def on_chunk(channel: int, data: bytes) -> None:
-            assert on_output is not None
-            await on_output("stdout" if channel == 1 else "stderr", data)
-
-        res = await self._stream(
-            sandbox_id,
-            argv,
-            stdin=stdin,
-            deadline_seconds=request.timeout_seconds + EXEC_SLACK_SECONDS,
-            max_stdout=request.max_output_bytes,
-            max_stderr=request.max_output_bytes,
-            on_chunk=on_chunk if on_output is not None else None,
-        )
-        if res.truncated or res.deadline_hit:
-            return ExecExit(-9, res.stdout, res.stderr, res.wall_seconds, 0.0, res.deadline_hit, res.truncated)
-        rc = await self._exit_code(sandbox_id, res)
-        timed_out = rc in (124, 128 + 9) and res.wall_seconds >= request.timeout_seconds
-        if timed_out:
-            rc = -15 if rc == 124 else -9
-        return ExecExit(rc, res.stdout, res.stderr, res.wall_seconds, 0.0, timed_out, False)
-
-    # -- files -----------------------------------------------------------------
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
-        res = await self._stream(
-            sandbox_id,
-            read_argv(path, max_bytes),
-            stdin=None,
-            deadline_seconds=self.options.file_timeout_seconds,
-            max_stdout=max_bytes + 1,
-            max_stderr=64 * 1024,
-        )
-        if res.deadline_hit:
-            raise SandboxTransportError(f"read of {path} did not finish in time", sandbox_id=sandbox_id)
-        rc = 0 if res.truncated else await self._exit_code(sandbox_id, res)
-        return read_result(sandbox_id, path, max_bytes, rc, res.stdout, res.stderr, res.truncated)
+        return await (await self._runner_for()).read_file(sandbox_id, path, max_bytes)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
-        res = await self._stream(
-            sandbox_id,
-            write_argv(path, len(data)),
-            stdin=data,
-            deadline_seconds=self.options.file_timeout_seconds,
-            max_stdout=1024,
-            max_stderr=64 * 1024,
-        )
-        if res.deadline_hit or res.truncated:
-            raise SandboxTransportError(f"write of {path} did not finish cleanly", sandbox_id=sandbox_id)
-        rc = await self._exit_code(sandbox_id, res)
-        write_result(sandbox_id, path, len(data), rc, res.stdout, res.stderr)
+        await (await self._runner_for()).write_file(sandbox_id, path, data)
 
     # -- destroy, status, list ---------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:
         self._remember_destroyed(sandbox_id)  # first: a create still in flight is reaped when it lands
+        if self._cleanup is not None:
+            self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
         try:
             await self._delete(sandbox_id)
         except SandboxError:
@@ -414,52 +358,38 @@ class KubernetesBackend(Backend):
         log.info("k8s sweep", tags=list(wanted), swept=len(names))
         return names
 
-    async def set_lifetime(self, sandbox_id: str, seconds: float) -> None:
-        """Make the pod's hard TTL end ``seconds`` from now (PATCH ``activeDeadlineSeconds``; a pooled pod's TTL
-        starts at lease). Kubernetes only lets a deadline shrink: a later end raises ``SandboxValidationError``."""
+    async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:
+        """Make the pod's hard TTL end ``seconds`` from now (a pooled pod's TTL starts at lease); ``None``
+        keeps the deadline it has. See ``_lifetime.set_lifetime`` for what Kubernetes allows."""
+        if seconds is None:
+            return
         validate_timeout(seconds, "seconds")
-        client, ns = await self._ensure()
-        pod = await client.request("GET", self._pod_path(ns, sandbox_id), what=f"get pod {sandbox_id}")
-        started = (pod.get("status") or {}).get("startTime")
-        elapsed = time.time() - parse_rfc3339(started) if started else 0.0
-        body = {"spec": {"activeDeadlineSeconds": max(1, math.ceil(elapsed + seconds))}}
-        try:
-            await client.request(
-                "PATCH",
-                self._pod_path(ns, sandbox_id),
-                body=body,
-                content_type="application/merge-patch+json",
-                what=f"set lifetime of {sandbox_id}",
+        if sandbox_id in self._destroyed:
+            raise SandboxTerminatedError(
+                f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id, infrastructure=False
             )
-        except KubeApiError as exc:
-            if exc.status == 422:
-                raise SandboxValidationError(
-                    f"cannot extend the lifetime of {sandbox_id}: {exc.message}", sandbox_id=sandbox_id
-                ) from exc
-            if exc.status == 404:
-                raise SandboxNotRunningError(f"pod {sandbox_id} no longer exists", sandbox_id=sandbox_id) from exc
-            raise
+        client, ns = await self._ensure()
+        await set_lifetime(client, self._pod_path(ns, sandbox_id), sandbox_id, seconds)
 
     async def aclose(self) -> None:
-        """Stop the watch, delete any pod of this backend still alive (``sweep_on_close``), close connections."""
+        """Stop the watch and background cleanups, delete any pod of this backend still alive
+        (``sweep_on_close``), close connections. The caller bounds it (a close budget); each request
+        has its own ``request_timeout_seconds``. A failed final sweep is logged: the pods' TTL ends them."""
         if self._closed:
             return
         self._closed = True
-        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-            if self._watch is not None:
-                await self._watch.aclose()
-            reapers = list(self._reapers)
-            for task in reapers:
-                task.cancel()
-            if reapers:
-                await asyncio.gather(*reapers, return_exceptions=True)
-            client, ns = self._client, self._namespace
+        if self._watch is not None:
+            await self._watch.aclose()
+        if self._cleanup is not None:
+            await self._cleanup.aclose()
+        client, ns = self._client, self._namespace
+        try:
             if client is not None and ns is not None and self._created_any and self.options.sweep_on_close:
                 sel = selector(f"{MANAGED_BY_LABEL}={MANAGED_BY}", f"{DRIVER_LABEL}={self.driver_id}")
                 try:
-                    with anyio.fail_after(10):
-                        await client.request("DELETE", pods_path(ns), params=[("labelSelector", sel)], what="close")
-                except (SandboxError, TimeoutError) as exc:
+                    await client.request("DELETE", pods_path(ns), params=[("labelSelector", sel)], what="close")
+                except SandboxError as exc:
                     log.warning("k8s final sweep failed", error=repr(exc))
+        finally:
             if client is not None:
                 await client.aclose()

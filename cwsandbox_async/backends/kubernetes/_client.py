@@ -1,9 +1,15 @@
-"""A small async Kubernetes API client on aiohttp: REST calls, watch streams and WebSocket upgrades.
+"""The API funnel: REST calls, watch streams and WebSocket upgrades over kubernetes-asyncio's session.
 
-Every call goes through one funnel: a client-side token bucket (``qps``/``burst``),
-an in-flight cap for short requests, tenacity retries with jittered exponential
-backoff that honour a 429/503 ``Retry-After``, a fresh credential (refreshed once
-after a 401) and an overall deadline. What escapes is always in the library's tree:
+The connection (TLS context, proxy, SNI, credentials) is kubernetes-asyncio's
+(``_connect``): its ``RESTClientObject`` owns the aiohttp session and its
+``Configuration`` hands out the ``Authorization`` header. What this module adds, and
+kubernetes-asyncio does not have: every call goes through one funnel: a client-side
+rate limit (``qps``/``burst``, an ``aiolimiter.AsyncLimiter``), an in-flight cap for
+short requests, tenacity retries with jittered exponential backoff that honour a
+429/503 ``Retry-After``, credentials refreshed once after a 401, an overall deadline,
+and request counts by verb. Bodies stay plain JSON dicts (no model classes: a pod list
+or watch event is not deserialised into 700 generated types). What escapes is always
+in the library's tree:
 
 - ``KubeApiError`` (a ``SandboxTransportError``) for an HTTP error status or a broken
   connection, with ``.status`` (None when no response came) and the API ``reason``;
@@ -16,21 +22,23 @@ from __future__ import annotations
 
 import json
 import random
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import aiohttp
 import anyio
+from aiolimiter import AsyncLimiter
+from kubernetes_asyncio.client.rest import RESTClientObject
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from ..._errors import SandboxBackendUnavailableError, SandboxTimeoutError, SandboxTransportError
 from ..._log import log
-from ..._ratelimit import TokenBucket
-from ._auth import AuthState, Credentials
-from ._config import ClusterConfig
+from ._connect import Connection
 from ._options import KubernetesOptions
 
 __all__ = ["KubeApiError", "KubeClient", "Params"]
@@ -118,43 +126,84 @@ def translate_transport(exc: BaseException, what: str) -> SandboxTransportError 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
+@dataclass(frozen=True)
+class _Auth:
+    """What one attempt carries: the session to use and the Authorization header (None: anonymous)."""
+
+    rest: RESTClientObject
+    authorization: str | None
+    generation: int
+
+
+def _rest_client(conn: Connection) -> RESTClientObject:
+    """kubernetes-asyncio's session for ``conn`` (its TLS context from the CA, client certificate and
+    verify settings). Raises ``SandboxBackendUnavailableError`` for TLS material it cannot load."""
+    conn.configuration.connection_pool_maxsize = 0  # no cap: each exec holds a connection of its own
+    try:
+        return RESTClientObject(conn.configuration)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SandboxBackendUnavailableError(f"bad TLS material in {conn.source}: {exc}") from exc
+
+
 class KubeClient:
     """The API client one backend owns. Create inside a running event loop; ``aclose`` when done."""
 
-    def __init__(self, cfg: ClusterConfig, opts: KubernetesOptions) -> None:
-        self.cfg = cfg
+    def __init__(self, conn: Connection, opts: KubernetesOptions) -> None:
+        self.conn = conn
         self.opts = opts
-        self.creds = Credentials(cfg)
-        self.bucket = TokenBucket(opts.qps, opts.burst)
-        self._limiter = anyio.CapacityLimiter(opts.max_in_flight)
-        self._session: aiohttp.ClientSession | None = None
+        # client-go's QPS/Burst: ``burst`` requests at once, then ``qps`` per second
+        self.limiter = AsyncLimiter(opts.burst, opts.burst / opts.qps)
+        self._in_flight = anyio.CapacityLimiter(opts.max_in_flight)
+        self._rest: RESTClientObject | None = None
+        self._retired: list[RESTClientObject] = []
+        self._generation = 0
+        self._refresh_lock = anyio.Lock()
         self.calls: Counter[str] = Counter()
         self.retries = 0
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
-                headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-                trust_env=True,
-            )
-        return self._session
+    def _session(self) -> RESTClientObject:
+        if self._rest is None:
+            self._rest = _rest_client(self.conn)
+        return self._rest
+
+    async def _auth(self) -> _Auth:
+        header = await self.conn.configuration.get_api_key_with_prefix("BearerToken")
+        return _Auth(self._session(), header or None, self._generation)
+
+    async def _refresh(self, auth: _Auth) -> bool:
+        """After a 401 with ``auth``: refresh the credentials once (whoever comes first); False if they
+        cannot change."""
+        async with self._refresh_lock:
+            if auth.generation != self._generation:
+                return True  # someone else already refreshed
+            cert = (self.conn.configuration.cert_file, self.conn.configuration.key_file)
+            if not await self.conn.refresh():
+                return False
+            if (self.conn.configuration.cert_file, self.conn.configuration.key_file) != cert and self._rest:
+                self._retired.append(self._rest)  # a new client certificate: a new TLS context
+                self._rest = None
+            self._generation += 1
+            return True
 
     def url(self, path: str) -> str:
-        return self.cfg.server + path
+        return self.conn.server + path
 
-    def _kwargs(self, auth: AuthState) -> dict[str, Any]:
-        kw: dict[str, Any] = {"headers": {"Authorization": auth.authorization} if auth.authorization else {}}
-        if self.cfg.https:
-            kw["ssl"] = auth.ssl if auth.ssl is not None else True
-            if self.cfg.tls_server_name:
-                kw["server_hostname"] = self.cfg.tls_server_name
-        if self.cfg.proxy_url:
-            kw["proxy"] = self.cfg.proxy_url
+    @staticmethod
+    def _kwargs(auth: _Auth) -> dict[str, Any]:
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if auth.authorization:
+            headers["Authorization"] = auth.authorization
+        kw: dict[str, Any] = {"headers": headers}
+        if auth.rest.server_hostname:
+            kw["server_hostname"] = auth.rest.server_hostname
+        if auth.rest.proxy:
+            kw["proxy"] = auth.rest.proxy
+            if auth.rest.proxy_headers:
+                kw["proxy_headers"] = auth.rest.proxy_headers
         return kw
 
     def _wait(self, state: RetryCallState) -> float:
-        backoff = min(5.0, 0.1 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0)
+        backoff = min(self.opts.max_backoff_seconds, 0.1 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0)
         exc = state.outcome.exception() if state.outcome is not None else None
         if isinstance(exc, KubeApiError) and exc.retry_after is not None:
             return min(self.opts.max_retry_after_seconds, exc.retry_after) + random.uniform(0.0, 0.05)
@@ -188,22 +237,22 @@ class KubeClient:
         except KubeApiError as exc:
             if exc.connect:
                 raise SandboxBackendUnavailableError(
-                    f"cannot reach the Kubernetes API at {self.cfg.server}: {exc.message}"
+                    f"cannot reach the Kubernetes API at {self.conn.server}: {exc.message}"
                 ) from exc
             raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _authorized(self, what: str, send: Callable[[AuthState], Awaitable[T]]) -> T:
+    async def _authorized(self, what: str, send: Callable[[_Auth], Awaitable[T]]) -> T:
         """Send with the current credentials; after a 401, refresh them once and send again."""
-        auth = await self.creds.get()
+        auth = await self._auth()
         try:
             return await send(auth)
         except KubeApiError as exc:
-            if exc.status != 401 or not self.creds.invalidate(auth):
+            if exc.status != 401 or not await self._refresh(auth):
                 if exc.status == 401:
                     raise SandboxBackendUnavailableError(f"{what}: credentials rejected (401)") from exc
                 raise
-        auth = await self.creds.get()
+        auth = await self._auth()
         try:
             return await send(auth)
         except KubeApiError as exc:
@@ -231,12 +280,12 @@ class KubeClient:
         per_try = aiohttp.ClientTimeout(total=self.opts.request_timeout_seconds)
         data = json.dumps(body).encode() if body is not None else None
 
-        async def send(auth: AuthState) -> dict[str, Any]:
+        async def send(auth: _Auth) -> dict[str, Any]:
             kw = self._kwargs(auth)
             if data is not None:
                 kw["headers"]["Content-Type"] = content_type
             try:
-                async with self._http().request(
+                async with auth.rest.pool_manager.request(
                     method, self.url(path), params=list(params), data=data, timeout=per_try, **kw
                 ) as resp:
                     raw = await resp.read()
@@ -253,8 +302,8 @@ class KubeClient:
             return doc
 
         async def once() -> dict[str, Any]:
-            await self.bucket.acquire()
-            async with self._limiter:
+            await self.limiter.acquire()
+            async with self._in_flight:
                 self.calls[method] += 1
                 return await self._authorized(what, send)
 
@@ -273,9 +322,9 @@ class KubeClient:
             total=None, sock_connect=self.opts.request_timeout_seconds, sock_read=read_timeout
         )
 
-        async def send(auth: AuthState) -> aiohttp.ClientResponse:
+        async def send(auth: _Auth) -> aiohttp.ClientResponse:
             try:
-                resp = await self._http().get(
+                resp = await auth.rest.pool_manager.get(
                     self.url(path), params=list(params), timeout=timeout, **self._kwargs(auth)
                 )
             except _TRANSPORT_ERRORS as exc:
@@ -289,7 +338,7 @@ class KubeClient:
                 raise _status_error(what, resp.status, raw, resp.headers)
             return resp
 
-        await self.bucket.acquire()
+        await self.limiter.acquire()
         self.calls["WATCH"] += 1
         with anyio.fail_after(2 * self.opts.request_timeout_seconds):
             resp = await self._authorized(what, send)
@@ -304,15 +353,15 @@ class KubeClient:
         """Upgrade to a WebSocket (exec). The handshake is retried like a REST call; the caller closes it."""
         what = f"exec {path}"
 
-        async def send(auth: AuthState) -> aiohttp.ClientWebSocketResponse:
+        async def send(auth: _Auth) -> aiohttp.ClientWebSocketResponse:
             try:
-                ws: aiohttp.ClientWebSocketResponse = await self._http().ws_connect(
+                ws: aiohttp.ClientWebSocketResponse = await auth.rest.pool_manager.ws_connect(
                     self.url(path),
                     params=list(params),
                     protocols=protocols,
-                    heartbeat=30.0,
+                    heartbeat=self.opts.ws_heartbeat_seconds,
                     max_msg_size=0,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                    timeout=aiohttp.ClientWSTimeout(ws_close=self.opts.drain_seconds),
                     **self._kwargs(auth),
                 )
             except _TRANSPORT_ERRORS as exc:
@@ -320,13 +369,14 @@ class KubeClient:
             return ws
 
         async def once() -> aiohttp.ClientWebSocketResponse:
-            await self.bucket.acquire()
+            await self.limiter.acquire()
             self.calls["EXEC"] += 1
             return await self._authorized(what, send)
 
         return await self._retrying(what, budget, once)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        rests = [*self._retired, *([self._rest] if self._rest is not None else [])]
+        self._rest, self._retired = None, []
+        for rest in rests:
+            await rest.close()

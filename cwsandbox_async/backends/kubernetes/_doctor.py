@@ -20,15 +20,16 @@ __all__ = ["probe"]
 async def probe(section: Section, request: ProbeRequest) -> None:
     """Config found? API server reachable? Pods listable in the namespace?"""
     from ._backend import KubernetesBackend
-    from ._config import load_config
+    from ._connect import connect
     from ._options import KubernetesOptions
 
     options, explicit = dict(request.options), request.explicit
     unreachable = FAIL if explicit else WARN
     try:
         opts = KubernetesOptions.from_kwargs(options)
-        cfg = await anyio.to_thread.run_sync(load_config, opts)
-    except SandboxError as exc:
+        with anyio.fail_after(request.timeout_seconds):
+            cfg = await connect(opts)
+    except (SandboxError, TimeoutError) as exc:
         section.add("config", FAIL if explicit else SKIP, str(exc), "load kubeconfig / in-cluster config")
         return
     section.add("config", OK, f"{cfg.source or cfg.server} (namespace {cfg.namespace})", "load the configuration")

@@ -10,6 +10,18 @@ other failure is an infrastructure error. A socket that closes without a status 
 
 Output stays bytes; the caller decodes once. Stdin goes in ``STDIN_CHUNK`` frames.
 ``stdin=true`` is always requested (a Kata shim ends stdin-less WebSocket execs early).
+Commands run in a session of their own (``_inpod.SESSION``); the session id that leads
+stderr is split off and reported in ``StreamResult.session``.
+
+Why not kubernetes-asyncio's ``WsApiClient``: it speaks only ``v4.channel.k8s.io`` (no
+stdin EOF), drops the status channel in preload mode, decodes UTF-8 per frame and ignores
+``proxy-url``/``tls-server-name`` on the socket (kubernetes.md section 3). This module
+keeps the one part of the protocol we need, on the same aiohttp session.
+
+A stream this module stops reading before its status (output cap, deadline, the pod died,
+cancellation, a broken socket) is *abandoned*: its socket and what it knows of the
+session go to ``on_abandon``, which closes the socket and kills the session in the
+background; a closed socket alone does not stop a command on a real cluster.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -28,46 +40,23 @@ import anyio
 from ..._errors import SandboxTransportError, SandboxValidationError
 from ..._log import log
 from ._client import KubeClient, translate_transport
+from ._inpod import GO, SessionHeader
 
-__all__ = ["PROTOCOLS", "ExecStatusError", "StreamResult", "exit_code", "stream_exec", "wrap_command"]
+__all__ = [
+    "PROTOCOLS",
+    "Abandoned",
+    "ExecStatusError",
+    "StreamResult",
+    "exit_code",
+    "stream_exec",
+]
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN_CHUNK = 128 * 1024
 #: The longest exec URL we send (argv travels in the query string; Go's header limit is 1 MiB).
 MAX_URL_BYTES = 512 * 1024
-#: After the status arrives, how long to wait for the server's close (pitfall 2: accept without it).
-DRAIN_SECONDS = 1.0
 
 OnChunk = Callable[[int, bytes], Awaitable[None]]
-
-#: Runs a user's command: cd, export env, cap CPU time, enforce the timeout inside the container
-#: (``timeout -k``; it signals the command's whole process group), and end stdin after exactly N
-#: bytes so EOF works on v4 too. Arguments: cwd, env count, timeout, cpu seconds, stdin bytes,
-#: the ``K=V`` pairs, then the argv. A cwd that does not exist exits 127.
-EXEC_WRAPPER = (
-    'cd -- "$1" || exit 127; n=$2; t=$3; c=$4; i=$5; shift 5; '
-    'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
-    '[ "$c" = 0 ] || ulimit -t "$c" 2>/dev/null; '
-    'if command -v timeout >/dev/null 2>&1; then set -- timeout -k "$KILL_AFTER" "$t" "$@"; fi; '
-    'if [ "$i" = 0 ]; then exec "$@" </dev/null; fi; '
-    'head -c "$i" | "$@"'
-)
-#: Seconds ``timeout`` waits after SIGTERM before SIGKILL.
-KILL_AFTER_SECONDS = 2
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".")
-
-
-def wrap_command(
-    argv: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout: float, cpu_seconds: int | None, stdin_len: int
-) -> list[str]:
-    """The argv that runs ``argv`` under ``EXEC_WRAPPER``."""
-    pairs = [f"{k}={v}" for k, v in env.items()]
-    head = [cwd, str(len(pairs)), _seconds(timeout), str(cpu_seconds or 0), str(stdin_len)]
-    script = EXEC_WRAPPER.replace("$KILL_AFTER", str(KILL_AFTER_SECONDS))
-    return ["/bin/sh", "-c", script, "cwsandbox", *head, *pairs, *argv]
 
 
 class ExecStatusError(SandboxTransportError):
@@ -80,16 +69,35 @@ class ExecStatusError(SandboxTransportError):
 
 @dataclass
 class StreamResult:
-    """How one exec stream ended. ``status`` is None when the server sent none (then ``truncated`` or
-    ``deadline_hit`` says why we stopped reading, or the stream broke)."""
+    """How one exec stream ended. ``status`` is None when the server sent none (then ``truncated``,
+    ``deadline_hit`` or ``aborted`` says why we stopped reading, or the stream closed without one).
+    ``session`` is the command's session id, when the stream announced one."""
 
     status: dict[str, Any] | None
     stdout: bytes
     stderr: bytes
     truncated: bool
     deadline_hit: bool
+    aborted: bool
     protocol: str
     wall_seconds: float
+    session: int | None
+
+
+@dataclass
+class Abandoned:
+    """A stream given up before its status: the open socket and the session header read so far."""
+
+    ws: aiohttp.ClientWebSocketResponse
+    header: SessionHeader
+    why: str
+
+    @property
+    def session(self) -> int | None:
+        return self.header.session
+
+
+OnAbandon = Callable[[Abandoned], None]
 
 
 def exit_code(status: dict[str, Any], sandbox_id: str | None = None) -> int:
@@ -122,10 +130,21 @@ def exec_params(argv: Sequence[str], container: str) -> list[tuple[str, str]]:
     return params
 
 
-async def _close(ws: aiohttp.ClientWebSocketResponse) -> None:
-    """Close the socket even while being cancelled (shielded, bounded)."""
-    with anyio.CancelScope(shield=True), anyio.move_on_after(2.0), contextlib.suppress(aiohttp.ClientError, OSError):
+async def close_socket(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Close a socket; a broken one is already as closed as it gets."""
+    with contextlib.suppress(aiohttp.ClientError, OSError):
         await ws.close()
+
+
+async def read_header(ws: aiohttp.ClientWebSocketResponse, header: SessionHeader) -> None:
+    """Read an abandoned stream until its session header is complete (or the stream ends)."""
+    async for msg in ws:
+        if header.done:
+            return
+        if msg.type is aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x02":
+            header.feed(msg.data[1:])
+        elif msg.type is aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x03":
+            return
 
 
 async def stream_exec(
@@ -138,26 +157,35 @@ async def stream_exec(
     stdin: bytes | None,
     deadline_seconds: float,
     connect_timeout: float,
+    drain_seconds: float,
+    on_abandon: OnAbandon,
     max_stdout: int | None = None,
     max_stderr: int | None = None,
     on_chunk: OnChunk | None = None,
+    abort: Callable[[], Awaitable[None]] | None = None,
+    gate: bool = False,
 ) -> StreamResult:
-    """Run ``argv`` in the pod and collect its output until the status arrives.
+    """Run ``argv`` (an ``_inpod.in_session`` command) in the pod and collect its output until the status.
 
-    Stops early (and closes the socket, which ends the command's pipes) when a stream
-    passes its cap, ``max_stdout``/``max_stderr`` bytes (``truncated``), or when
-    ``deadline_seconds`` pass (``deadline_hit``). Raises ``KubeApiError``/``SandboxBackendUnavailableError`` if the
-    upgrade fails and ``SandboxTransportError`` if the socket breaks.
+    Stops early when a stream passes its cap, ``max_stdout``/``max_stderr`` bytes
+    (``truncated``), when ``deadline_seconds`` pass (``deadline_hit``), or when ``abort``
+    returns (``aborted``: the caller learnt the pod died). After the status, waits up to
+    ``drain_seconds`` for the server's close. Every early stop, cancellation and broken
+    socket hands the socket to ``on_abandon``. Raises ``KubeApiError``/
+    ``SandboxBackendUnavailableError`` if the upgrade fails and ``SandboxTransportError``
+    if the socket breaks. ``gate``: the command is an ``_inpod.in_session`` one, waiting for ``GO``.
     """
     params = exec_params(argv, container)
     start = time.monotonic()
     ws = await client.ws_connect(exec_path(namespace, pod), params, PROTOCOLS, budget=connect_timeout)
     protocol = ws.protocol or ""
+    header = SessionHeader()
     out: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
     caps = {1: max_stdout, 2: max_stderr}
     status: dict[str, Any] | None = None
-    truncated = deadline_hit = False
+    truncated = deadline_hit = aborted = False
     error: BaseException | None = None
+    finished = False
     try:
         if protocol not in PROTOCOLS:
             raise SandboxTransportError(f"exec: server negotiated {protocol or 'no'} subprotocol; need v4 or v5")
@@ -165,6 +193,8 @@ async def stream_exec(
         async def send_stdin() -> None:
             data = memoryview(stdin or b"")
             try:
+                if gate:
+                    await ws.send_bytes(b"\x00" + GO)
                 for i in range(0, len(data), STDIN_CHUNK):
                     await ws.send_bytes(b"\x00" + data[i : i + STDIN_CHUNK].tobytes())
                 if protocol.startswith("v5"):
@@ -179,6 +209,8 @@ async def stream_exec(
                     if msg.type is not aiohttp.WSMsgType.BINARY or not msg.data:
                         continue
                     channel, payload = msg.data[0], msg.data[1:]
+                    if channel == 2 and not header.done:
+                        payload = header.feed(payload)
                     if channel in (1, 2) and payload:
                         buf, cap = out[channel], caps[channel]
                         if cap is not None and len(buf) + len(payload) > cap:
@@ -194,25 +226,38 @@ async def stream_exec(
                         if not isinstance(doc, dict):
                             raise ValueError(f"status channel sent {type(doc).__name__}, not a Status object")
                         status = doc
-                        with anyio.move_on_after(DRAIN_SECONDS):
+                        with anyio.move_on_after(drain_seconds):
                             async for _ in ws:  # wait for the close; frames after the status are ignored
                                 pass
                         return
-            except Exception as exc:  # re-raised below, outside the task group (no ExceptionGroup)
+            except (aiohttp.ClientError, OSError, ValueError) as exc:  # re-raised below, outside the task group
                 error = exc
+
+        async def watch_abort() -> None:
+            nonlocal aborted
+            assert abort is not None
+            await abort()
+            aborted = True
+            tg.cancel_scope.cancel()
 
         with anyio.move_on_after(deadline_seconds) as scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(send_stdin)
+                if abort is not None:
+                    tg.start_soon(watch_abort)
                 await receive()
                 tg.cancel_scope.cancel()
-        deadline_hit = scope.cancelled_caught and status is None
-        if isinstance(error, aiohttp.ClientError | OSError | ValueError):
-            raise translate_transport(error, f"exec in {pod}") from error
+        deadline_hit = scope.cancelled_caught and status is None and not aborted
         if error is not None:
-            raise error
+            raise translate_transport(error, f"exec in {pod}") from error
+        finished = status is not None and not truncated
     finally:
-        await _close(ws)
+        if finished:
+            await close_socket(ws)
+        else:
+            why = "truncated" if truncated else "deadline" if deadline_hit else "aborted" if aborted else "broken"
+            on_abandon(Abandoned(ws, header, why))
     wall = time.monotonic() - start
     log.debug("k8s exec stream ended", pod=pod, protocol=protocol, status=bool(status), wall=round(wall, 4))
-    return StreamResult(status, bytes(out[1]), bytes(out[2]), truncated, deadline_hit, protocol, wall)
+    stdout, stderr = bytes(out[1]), bytes(out[2])
+    return StreamResult(status, stdout, stderr, truncated, deadline_hit, aborted, protocol, wall, header.session)

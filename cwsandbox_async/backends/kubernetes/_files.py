@@ -13,6 +13,7 @@ never interpolated into the script. The image needs ``sh``, ``head``, ``cat``, `
 from __future__ import annotations
 
 from ..._errors import SandboxFileError, SandboxTransportError
+from ._inpod import in_session
 
 __all__ = ["READ_SCRIPT", "WRITE_SCRIPT", "read_argv", "read_result", "write_argv", "write_result"]
 
@@ -27,11 +28,11 @@ READ_SCRIPT = (
 
 
 def write_argv(path: str, size: int) -> list[str]:
-    return ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path, str(size)]
+    return in_session(WRITE_SCRIPT, path, str(size))
 
 
 def read_argv(path: str, max_bytes: int) -> list[str]:
-    return ["/bin/sh", "-c", READ_SCRIPT, "sh", path, str(max_bytes)]
+    return in_session(READ_SCRIPT, path, str(max_bytes))
 
 
 def _why(stderr: bytes) -> str:

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import socket
 from typing import Any
 from urllib.parse import quote
 
 from ..._types import SandboxInfo
-from ._auth import parse_rfc3339
 from ._client import KubeClient
 from ._manifest import HOST_ANNOTATION, PID_ANNOTATION, SESSION_LABEL, tags_of
 from ._podstate import view
 
-__all__ = ["LIST_LIMIT", "list_pods", "pods_path", "sandbox_info"]
+__all__ = ["LIST_LIMIT", "list_pods", "parse_rfc3339", "pods_path", "sandbox_info"]
 
 #: Pods per page; ``continue`` tokens fetch the rest.
 LIST_LIMIT = 500
+
+
+def parse_rfc3339(value: str) -> float:
+    """Seconds since the epoch for a Kubernetes timestamp (``2024-01-02T03:04:05Z``, fractions allowed)."""
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def pods_path(namespace: str) -> str:

@@ -12,7 +12,8 @@ The spec passes the Pod Security Standard *restricted*: non-root (``runAsUser`` 
 default), no privilege escalation, all capabilities dropped, RuntimeDefault seccomp,
 no service account token, no service links, ``restartPolicy: Never``, a short
 termination grace (the idle shell exits on SIGTERM), and ``activeDeadlineSeconds`` as a
-hard TTL from ``max_lifetime_seconds``.
+hard TTL from ``max_lifetime_seconds``, or ``default_lifetime_seconds`` when that is None:
+a pod always ends by itself, even when its driver is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -180,8 +181,8 @@ def build_pod(spec: SandboxSpec, opts: KubernetesOptions, *, namespace: str, dri
         "containers": [container],
         "volumes": volumes,
     }
-    if d.max_lifetime_seconds is not None:
-        pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(d.max_lifetime_seconds))
+    lifetime = d.max_lifetime_seconds if d.max_lifetime_seconds is not None else opts.default_lifetime_seconds
+    pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(lifetime))
     if opts.runtime_class_name:
         pod_spec["runtimeClassName"] = opts.runtime_class_name
     if opts.host_users is not None:

@@ -5,6 +5,12 @@ a terminated main container (OOMKilled, Error), phase Failed (Evicted,
 DeadlineExceeded) or Succeeded, and deletion. ``Unschedulable`` is reported separately
 because it may clear when an autoscaler adds nodes; the waiter decides how long to
 tolerate it.
+
+Whose fault a death is (``PodView.infrastructure``): the program's when it caused it
+(its container was ``OOMKilled``, or the kubelet evicted the pod because the program
+filled an ``emptyDir`` or the container's ephemeral storage past its limit), the
+caller's when its own lifetime fired (``DeadlineExceeded``, or the backend deleted the
+pod); the platform's otherwise (node pressure, preemption, a pod deleted by someone else).
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from ..._errors import SandboxCreationError, SandboxNotRunningError
 from ..._types import SandboxStatus
 
 __all__ = ["MAIN_CONTAINER", "PodView", "view"]
+
+#: Eviction messages of the kubelet when the pod's *own* storage use passed its own limit
+#: (k8s pkg/kubelet/eviction/helpers.go: emptyDir/container ephemeral-storage/pod limits).
+_SELF_INFLICTED_EVICTION = ("exceeds the limit", "ephemeral local storage usage exceeds")
 
 MAIN_CONTAINER = "main"
 
@@ -47,6 +57,19 @@ class PodView:
     failure: str | None = None  # a reason such as "ImagePullBackOff", "OOMKilled", "Evicted"
     message: str = ""
     unschedulable: str | None = None  # the scheduler's message while the pod cannot be placed
+    container_reason: str | None = None  # the main container's terminated reason ("OOMKilled", "Error")
+
+    @property
+    def oom_killed(self) -> bool:
+        """The kernel killed the main container for its memory use (the program's doing)."""
+        return self.container_reason == "OOMKilled" or self.failure == "OOMKilled"
+
+    @property
+    def infrastructure(self) -> bool:
+        """Whether the pod's death is the platform's fault (see the module docstring)."""
+        if self.oom_killed or self.failure == "DeadlineExceeded":
+            return False
+        return not (self.failure == "Evicted" and any(m in self.message for m in _SELF_INFLICTED_EVICTION))
 
     @property
     def status(self) -> SandboxStatus:
@@ -80,7 +103,7 @@ class PodView:
         return SandboxCreationError(self.describe(), sandbox_id=self.name, reason=reason)
 
     def not_running_error(self) -> SandboxNotRunningError:
-        return SandboxNotRunningError(self.describe(), sandbox_id=self.name)
+        return SandboxNotRunningError(self.describe(), sandbox_id=self.name, infrastructure=self.infrastructure)
 
 
 def _container(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,7 +138,14 @@ def view(name: str, pod: dict[str, Any] | None) -> PodView:
         message = status.get("message") or terminated.get("message") or ""
         if terminated.get("exitCode") is not None and not message:
             message = f"main container exited with code {terminated['exitCode']}"
-        return PodView(name=name, exists=True, phase=phase, failure=str(reason), message=str(message))
+        return PodView(
+            name=name,
+            exists=True,
+            phase=phase,
+            failure=str(reason),
+            message=str(message),
+            container_reason=str(terminated["reason"]) if terminated.get("reason") else None,
+        )
     if waiting.get("reason") in FATAL_WAITING:
         return PodView(
             name=name, exists=True, phase=phase, failure=str(waiting["reason"]), message=str(waiting.get("message", ""))

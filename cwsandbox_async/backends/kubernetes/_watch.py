@@ -10,7 +10,7 @@ means that version is too old, so the loop lists again. Other errors back off
 
 Waiters (``wait_ready``) block on a per-pod event set on every change, so N pods
 starting cost one watch, not N polls. As a safety net a waiter that has heard nothing
-for ``STALE_SECONDS`` (or while the watch is down) GETs its pod once.
+for ``stale`` seconds (``down_poll`` while the watch is down) GETs its pod once.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 import json
 import random
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -34,10 +35,6 @@ from ._podstate import PodView, view
 
 __all__ = ["PodWatch"]
 
-STALE_SECONDS = 30.0
-UNHEALTHY_POLL_SECONDS = 5.0
-MAX_BACKOFF = 10.0
-
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
@@ -52,17 +49,23 @@ class PodWatch:
         namespace: str,
         label_selector: str,
         *,
-        watch_timeout: int = 300,
+        watch_timeout: int,
+        stale: float,
+        down_poll: float,
+        max_backoff: float,
         on_change: Callable[[str, dict[str, Any] | None], None] | None = None,
     ) -> None:
         self._client = client
         self._namespace = namespace
         self._selector = label_selector
         self._watch_timeout = watch_timeout
+        self._stale, self._down_poll, self._max_backoff = stale, down_poll, max_backoff
         self._on_change = on_change
         self.pods: dict[str, dict[str, Any]] = {}
+        self._gone: dict[str, None] = {}  # names seen deleted (insertion-ordered, bounded)
         self._signals: dict[str, anyio.Event] = {}
         self._task: asyncio.Task[None] | None = None
+        self._scope = anyio.CancelScope()
         self.healthy = False
         self.relists = 0
         self.watches = 0
@@ -70,21 +73,20 @@ class PodWatch:
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
-        """Start the watch task once (idempotent)."""
+        """Start the watch task once (idempotent). It runs in its own cancel scope until ``aclose``."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="cwsandbox-k8s-watch")
+            self._task = asyncio.get_running_loop().create_task(self._run_scoped(), name="cwsandbox-k8s-watch")
+
+    async def _run_scoped(self) -> None:
+        with self._scope:
+            await self._run()
 
     async def aclose(self) -> None:
+        """Stop the watch and wait for its task to end (the caller bounds the wait)."""
         task, self._task = self._task, None
+        self._scope.cancel()
         if task is not None:
-            task.cancel()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                except Exception as exc:
-                    log.warning("k8s watch ended with an error", error=repr(exc))
+            await asyncio.wait({task})
         self.healthy = False
 
     # -- state -----------------------------------------------------------------
@@ -93,7 +95,10 @@ class PodWatch:
         if not fresh and name in self.pods:
             return
         if pod is None:
-            self.pods.pop(name, None)
+            if self.pods.pop(name, None) is not None:
+                self._gone[name] = None
+                while len(self._gone) > 10_000:
+                    del self._gone[next(iter(self._gone))]
         else:
             self.pods[name] = pod
         ev = self._signals.pop(name, None)
@@ -135,16 +140,32 @@ class PodWatch:
                 raise SandboxTimeoutError(
                     f"pod {name} not ready within {within:g} s: {last.describe()}", sandbox_id=name
                 )
-            wait = min(deadline - now, STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS)
+            wait = min(deadline - now, self._stale if self.healthy else self._down_poll)
             if unschedulable_since is not None:
                 wait = min(wait, max(0.05, unschedulable_since + unschedulable_grace - now))
             with anyio.move_on_after(wait):
                 await ev.wait()
                 quiet_since = time.monotonic()
                 continue
-            if time.monotonic() - quiet_since >= (STALE_SECONDS if self.healthy else UNHEALTHY_POLL_SECONDS):
+            if time.monotonic() - quiet_since >= (self._stale if self.healthy else self._down_poll):
                 await self.refresh(name)
                 quiet_since = time.monotonic()
+
+    def seen_deleted(self, name: str) -> bool:
+        """Whether the watch has seen ``name`` deleted (recent names only)."""
+        return name in self._gone
+
+    async def wait_dead(self, name: str) -> PodView:
+        """Return once the watch has seen ``name`` dead (failed, terminating or deleted). Waits forever
+        otherwise: the caller bounds it."""
+        while True:
+            ev = self._signals.setdefault(name, anyio.Event())
+            current = self.view(name)
+            if current is not None and current.dead:
+                return current
+            if current is None and self.seen_deleted(name):
+                return view(name, None)
+            await ev.wait()
 
     async def refresh(self, name: str) -> PodView:
         """GET one pod and record it (the safety net and the error path use this)."""
@@ -174,13 +195,13 @@ class PodWatch:
             except (KubeApiError, SandboxTimeoutError, OSError, ValueError) as exc:
                 self.healthy = False
                 failures += 1
-                delay = min(MAX_BACKOFF, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                delay = min(self._max_backoff, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
                 log.info("k8s watch failed; retrying", error=repr(exc), delay=round(delay, 2))
                 await anyio.sleep(delay)
-            except Exception as exc:  # never let the shared watch die silently
+            except Exception:  # a bug: shown at ERROR, and the shared watch restarts rather than die silently
                 self.healthy = False
-                log.warning("k8s watch crashed; restarting", error=repr(exc))
-                await anyio.sleep(MAX_BACKOFF)
+                log.error("k8s watch crashed (a bug); restarting", error=traceback.format_exc())
+                await anyio.sleep(self._max_backoff)
 
     async def _relist(self) -> str:
         self.relists += 1
