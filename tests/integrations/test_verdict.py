@@ -30,6 +30,7 @@ from cwsandbox_async.integrations._harness import MARKER_PREFIX, harness_run
 from cwsandbox_async.integrations._run import run_python
 from cwsandbox_async.integrations.art import run_tool
 from cwsandbox_async.integrations.trl import code_reward
+from cwsandbox_async.testing import FakeBackend
 
 from .conftest import fake, local_problem
 
@@ -330,3 +331,20 @@ async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) ->
     # each got at most cores/n of a CPU: those that timed out were starved, and are not scored
     assert 0.0 not in rewards, rewards
     assert stats.starved == rewards.count(None) and stats.starved >= n // 2
+
+
+@pytest.mark.parametrize("program_backend", ["fake", "kubernetes"], indirect=True)
+async def test_the_submission_runs_alone(program_backend: Backend | str) -> None:
+    """A process the episode left running cannot write into the submission's output: it is killed first."""
+    async with Session(backend=program_backend) as session, session.sandbox() as sb:
+        async with sb.process(["sh", "-c", "echo started; exec sleep 30"]) as leftover:
+            with anyio.fail_after(10):
+                if isinstance(program_backend, FakeBackend):  # the fake streams output only at the end
+                    while not program_backend.exec_in_flight:  # noqa: ASYNC110 - the fake's own counter
+                        await anyio.sleep(0.01)
+                else:
+                    assert b"started" in await leftover.stdout.receive()
+                res = await run_tool(sb, submit(RIGHT), tests=TESTS)
+                assert res.passed is True
+                ended = await leftover.wait()
+        assert ended.returncode != 0  # killed, long before its 30 s
