@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
@@ -26,7 +26,10 @@ from ._budget import CloseBudget
 from ._errors import SandboxError, SandboxTimeoutError
 from ._log import log
 
-__all__ = ["call_backend"]
+if TYPE_CHECKING:
+    from .backends.base import Backend
+
+__all__ = ["call_backend", "destroy"]
 
 T = TypeVar("T")
 
@@ -61,3 +64,14 @@ async def call_backend(
     else:
         limit = f"{seconds:g} s"
     raise SandboxTimeoutError(f"{what} did not finish within {limit}", sandbox_id=sandbox_id, infrastructure=True)
+
+
+async def destroy(backend: Backend, sandbox_id: str, *, seconds: float, budget: CloseBudget) -> None:
+    """Destroy a sandbox as a cleanup step (shielded, within ``seconds`` and ``budget``); log and raise a failure."""
+    try:
+        await call_backend(
+            "destroy", seconds, lambda: backend.destroy(sandbox_id), sandbox_id=sandbox_id, budget=budget
+        )
+    except SandboxError as exc:
+        log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))
+        raise

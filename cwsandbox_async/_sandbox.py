@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._calls import call_backend
+from ._calls import call_backend, destroy
 from ._errors import (
     SandboxError,
     SandboxExecutionError,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .backends.base import Backend, OutputCallback
     from .metrics._aggregator import MetricsAggregator
 
-__all__ = ["Sandbox"]
+__all__ = ["Sandbox", "SandboxOpener"]
 
 
 class Sandbox:
@@ -345,16 +345,7 @@ class Sandbox:
                     return
                 self._status = SandboxStatus.TERMINATING
                 try:
-                    await call_backend(
-                        "destroy",
-                        self._timeouts.stop_seconds,
-                        lambda: backend.destroy(sid),
-                        sandbox_id=sid,
-                        budget=self._budget,
-                    )
-                except SandboxError as exc:
-                    log.warning("sandbox destroy failed", sandbox_id=sid, error=repr(exc))
-                    raise
+                    await destroy(backend, sid, seconds=self._timeouts.stop_seconds, budget=self._budget)
                 finally:
                     self._status = SandboxStatus.COMPLETED
                     lifetime = time.monotonic() - self._started
@@ -377,3 +368,26 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"<Sandbox {self._id} {self._status.value} backend={self._backend.name}>"
+
+
+class SandboxOpener:
+    """``await session.sandbox()`` gives a Sandbox; ``async with session.sandbox()`` stops it on exit."""
+
+    __slots__ = ("_create", "_sandbox")
+
+    def __init__(self, create: Callable[[], Awaitable[Sandbox]]) -> None:
+        self._create = create
+        self._sandbox: Sandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return self._create().__await__()
+
+    async def __aenter__(self) -> Sandbox:
+        self._sandbox = await self._create()
+        return self._sandbox
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._sandbox is not None
+        await self._sandbox.__aexit__(exc_type, exc, tb)

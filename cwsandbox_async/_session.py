@@ -6,11 +6,9 @@ import builtins
 import contextlib
 import contextvars
 import enum
-import os
-import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +16,12 @@ import anyio
 import structlog
 
 from ._budget import CloseBudget
-from ._calls import call_backend
+from ._calls import call_backend, destroy
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
-from ._sandbox import Sandbox
+from ._sandbox import Sandbox, SandboxOpener
 from ._settings import Timeouts
-from ._signals import on_sigterm, pending_signal
+from ._signals import die_of_pending_signal, on_sigterm
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
@@ -146,10 +144,7 @@ class Session:
                     self._body = None
                     await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
         finally:
-            sig = pending_signal()
-            if sig is not None:
-                signal.signal(sig, signal.SIG_DFL)
-                os.kill(os.getpid(), sig)  # die of the signal, as the default handler would have
+            die_of_pending_signal()
 
     def _on_sigterm(self) -> None:
         if self._body is not None:
@@ -181,15 +176,9 @@ class Session:
         self._state = SessionState.CLOSING
         with self.close_budget.closing(self.timeouts.close_seconds) as scope:
             for closer in reversed(self._closers):
-                try:
-                    await closer()
-                except SandboxError as exc:
-                    log.warning("closing a pool failed", error=repr(exc))
+                await _quietly("closing a pool", closer)
             await self._stop_all()
-            try:
-                await self.backend.aclose()
-            except SandboxError as exc:
-                log.warning("backend close failed", error=repr(exc))
+            await _quietly("closing the backend", self.backend.aclose)
         if scope.cancelled_caught:
             log.warning(
                 "session close hit its deadline",
@@ -211,12 +200,11 @@ class Session:
 
         async def stop_one(sb: Sandbox) -> None:
             async with limiter:
-                with contextlib.suppress(SandboxError):  # stop() logged it
-                    await sb.stop()
+                await _quietly("stopping a sandbox", sb.stop, logged=True)
 
         async def destroy_id(sandbox_id: str) -> None:
             async with limiter:
-                await self._destroy_quietly(sandbox_id)
+                await _quietly("destroying a sandbox", lambda: self._destroy_quietly(sandbox_id), logged=True)
 
         async with anyio.create_task_group() as tg:
             for sb in list(self._sandboxes.values()):
@@ -244,7 +232,7 @@ class Session:
             self._closers.remove(closer)
 
     # -- sandboxes -------------------------------------------------------------
-    def sandbox(self, **overrides: Any) -> _SandboxOpener:
+    def sandbox(self, **overrides: Any) -> SandboxOpener:
         """Create a sandbox: ``sb = await session.sandbox()`` or ``async with session.sandbox() as sb``.
 
         ``overrides`` are ``SandboxDefaults`` fields for this sandbox (tags and env merge).
@@ -252,7 +240,7 @@ class Session:
         is not ready within ``create_timeout_seconds``.
         """
         defaults = self.defaults.with_overrides(**overrides) if overrides else self.defaults
-        return _SandboxOpener(self, defaults)
+        return SandboxOpener(lambda: self.create_sandbox(defaults))
 
     async def create_sandbox(self, defaults: SandboxDefaults | None = None) -> Sandbox:
         """Create one sandbox with ``defaults`` (the session's if None) and wait until it is ready."""
@@ -298,17 +286,8 @@ class Session:
 
     async def _destroy_quietly(self, sandbox_id: str) -> None:
         """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log failures."""
-        backend = self.backend
-        try:
-            await call_backend(
-                "destroy",
-                self.timeouts.stop_seconds,
-                lambda: backend.destroy(sandbox_id),
-                sandbox_id=sandbox_id,
-                budget=self.close_budget,
-            )
-        except SandboxError as exc:
-            log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))
+        with contextlib.suppress(SandboxError):  # destroy() logged it
+            await destroy(self.backend, sandbox_id, seconds=self.timeouts.stop_seconds, budget=self.close_budget)
 
     def _forget(self, sb: Sandbox) -> None:
         self._sandboxes.pop(sb.sandbox_id, None)
@@ -376,25 +355,13 @@ class Session:
         return self.metrics.snapshot()
 
 
-class _SandboxOpener:
-    """``await session.sandbox()`` gives a Sandbox; ``async with session.sandbox()`` stops it on exit."""
-
-    __slots__ = ("_defaults", "_sandbox", "_session")
-
-    def __init__(self, session: Session, defaults: SandboxDefaults) -> None:
-        self._session = session
-        self._defaults = defaults
-        self._sandbox: Sandbox | None = None
-
-    def __await__(self) -> Generator[Any, None, Sandbox]:
-        return self._session.create_sandbox(self._defaults).__await__()
-
-    async def __aenter__(self) -> Sandbox:
-        self._sandbox = await self._session.create_sandbox(self._defaults)
-        return self._sandbox
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._sandbox is not None
-        await self._sandbox.__aexit__(exc_type, exc, tb)
+async def _quietly(what: str, step: Callable[[], Awaitable[None]], *, logged: bool = False) -> None:
+    """One step of a close: a ``SandboxError`` is logged as a warning (unless ``logged`` already), any
+    other exception (a bug) at ERROR, and the close goes on either way: it must release everything."""
+    try:
+        await step()
+    except SandboxError as exc:
+        if not logged:
+            log.warning(f"{what} failed", error=repr(exc))
+    except Exception as exc:  # a bug below: seen in the log at ERROR, and the close still completes
+        log.error(f"{what} failed with a bug", error=repr(exc))

@@ -19,6 +19,7 @@ registered session is done.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 
 from ._log import log
 
-__all__ = ["on_sigterm", "pending_signal"]
+__all__ = ["die_of_pending_signal", "on_sigterm"]
 
 #: Callbacks of the sessions registered now (each cancels its own body scope).
 _callbacks: dict[object, Callable[[], None]] = {}
@@ -86,10 +87,11 @@ def on_sigterm(callback: Callable[[], None]) -> Iterator[None]:
             _remove()
 
 
-def pending_signal() -> int | None:
-    """SIGTERM if it was received and no session is still closing; the caller then re-raises it."""
+def die_of_pending_signal() -> None:
+    """Once the last registered session is closed, die of a SIGTERM received meanwhile, as its default
+    action would have (the exit status says SIGTERM). Does nothing if none was received."""
     global _received
     if _received and not _callbacks:
         _received = False
-        return signal.SIGTERM
-    return None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)

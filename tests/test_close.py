@@ -100,3 +100,39 @@ async def test_a_close_that_has_time_stops_everything() -> None:
     assert took <= BOUND
     assert backend.live == 0 and backend.closed
     assert len(asyncio.all_tasks()) == tasks_before
+
+
+class BuggyBackend(FakeBackend):
+    """A backend with bugs: one destroy raises KeyError, its own close raises RuntimeError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken: str | None = None
+
+    async def destroy(self, sandbox_id: str) -> None:
+        if sandbox_id == self.broken:
+            raise KeyError(sandbox_id)
+        await super().destroy(sandbox_id)
+
+    async def aclose(self) -> None:
+        raise RuntimeError("a bug in the backend's close")
+
+
+async def test_a_bug_below_is_logged_at_error_and_the_close_still_releases_everything() -> None:
+    backend = BuggyBackend()
+    session = cwa.Session(backend=backend, handle_signals=False)
+    await session.open()
+    boxes = [await session.sandbox() for _ in range(4)]
+    backend.broken = boxes[0].sandbox_id
+
+    async def buggy_closer() -> None:
+        raise ValueError("a bug in a pool's close")
+
+    session.add_closer(buggy_closer)
+    with structlog.testing.capture_logs() as logs:
+        await session.aclose()  # does not raise: the close releases what it can and reports the bugs
+    assert session.state.value == "closed"
+    assert {sb.sandbox_id for sb in boxes[1:]}.isdisjoint(backend.world), "a bug stopped the other stops"
+    errors = {e["event"] for e in logs if e["log_level"] == "error"}
+    assert {"closing a pool failed with a bug", "closing the backend failed with a bug"} <= errors
+    assert any("KeyError" in e.get("error", "") for e in logs if e["log_level"] == "error")

@@ -121,3 +121,54 @@ async def test_lone_surrogates_are_validation_errors() -> None:
             await sb.write_file("/workspace/x", "\ud800")
         with pytest.raises(cwa.SandboxValidationError):
             await sb.exec(["echo"], env={"A": "\udfff"})
+
+
+# -- one rule for every timeout: None is the default, 0 / negatives / NaN raise ------------------
+BAD_SECONDS = [0, 0.0, -1, -0.5, math.nan, "5", True]
+
+
+@pytest.mark.parametrize("seconds", BAD_SECONDS)
+async def test_file_timeouts_follow_the_rule(seconds: Any) -> None:
+    """``read_file(timeout_seconds=0)`` used to mean "the default"; now it raises, as exec's does."""
+    backend = FakeBackend()
+    async with cwa.Session(backend=backend) as s:
+        sb = await s.sandbox()
+        await sb.write_file("/workspace/x", b"1")
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.read_file("/workspace/x", timeout_seconds=seconds)
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.write_file("/workspace/x", b"2", timeout_seconds=seconds)
+        assert await sb.read_file("/workspace/x", timeout_seconds=None) == b"1"  # None: the default
+
+
+@pytest.mark.parametrize("field", ["exec_grace_seconds", "stop_seconds", "close_seconds"])
+@pytest.mark.parametrize("seconds", [*BAD_SECONDS, math.inf])
+def test_timeouts_follow_the_rule(field: str, seconds: Any) -> None:
+    with pytest.raises(cwa.SandboxValidationError, match=field):
+        cwa.Timeouts(**{field: seconds})
+
+
+def test_timeouts_defaults_and_none() -> None:
+    default = cwa.Timeouts()
+    assert cwa.Timeouts(stop_seconds=None, close_concurrency=None) == default  # type: ignore[arg-type]
+    assert cwa.Timeouts(close_seconds=5).close_seconds == 5.0
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(cwa.SandboxValidationError, match="close_concurrency"):
+            cwa.Timeouts(close_concurrency=bad)  # type: ignore[arg-type]
+    with pytest.raises(cwa.SandboxValidationError, match="timeouts"):
+        cwa.Session(backend="fake", timeouts={"close_seconds": 5})  # type: ignore[arg-type]
+
+
+def test_validate_timeout_rule() -> None:
+    from cwsandbox_async._validate import validate_timeout
+
+    assert validate_timeout(None, default=7.0) == 7.0
+    assert validate_timeout(None, allow_none=True) is None
+    assert validate_timeout(math.inf, allow_inf=True) == math.inf
+    with pytest.raises(cwa.SandboxValidationError, match="required"):
+        validate_timeout(None)
+    with pytest.raises(cwa.SandboxValidationError, match="finite"):
+        validate_timeout(math.inf)
+    for bad in BAD_SECONDS:
+        with pytest.raises(cwa.SandboxValidationError):
+            validate_timeout(bad, default=7.0, allow_inf=True)

@@ -275,3 +275,16 @@ async def test_a_tool_on_a_stopped_sandbox_raises_instead_of_blaming_the_model()
         await sb.stop()
         with pytest.raises(cwa.SandboxTerminatedError):
             await run_tool(sb, {"name": "bash", "arguments": '{"command": "true"}'})
+
+
+def test_starved_and_oom_counts_survive_a_failed_delivery() -> None:
+    from cwsandbox_async.metrics._aggregator import MetricsAggregator
+
+    metrics = MetricsAggregator()
+    metrics.exec_finished("s", cwa.ExecOutcome.FAILURE, 2.0, 0.1, timed_out=True, infrastructure=True, starved=True)
+    metrics.exec_finished("s", cwa.ExecOutcome.COMPLETED_NONZERO, 0.5, 0.4, oom_killed=True)
+    _, old = metrics.take(reset=True)
+    assert old is not None
+    metrics.restore(old)  # the reporter failed: the window comes back
+    snap = metrics.snapshot()
+    assert (snap.exec_starved, snap.exec_oom_killed, snap.exec_timeouts, snap.exec_infra_failures) == (1, 1, 1, 1)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,26 +39,6 @@ def _payloads(data: bytes) -> list[bytes]:
     return out
 
 
-#: How long to wait for the W&B service to finish writing a run's log after ``run.finish()``.
-FINISH_WAIT_SECONDS = 30.0
-
-
-def _records(path: str | Path) -> list[Any]:
-    """The log's records, once it is complete: ``run.finish()`` may return before the service has
-    written the last of it (seen under load), so wait for the closing ``exit`` record."""
-    deadline = time.monotonic() + FINISH_WAIT_SECONDS
-    while True:
-        records = []
-        for payload in _payloads(Path(path).read_bytes()):
-            record = pb.Record()
-            record.ParseFromString(payload)
-            records.append(record)
-        if any(r.WhichOneof("record_type") == "exit" for r in records):
-            return records
-        assert time.monotonic() < deadline, f"{path} has no exit record {FINISH_WAIT_SECONDS:g} s after finish()"
-        time.sleep(0.05)
-
-
 def _value(item: Any) -> Any:
     kind = item.WhichOneof("value")  # newer writers use typed fields, older ones value_json
     if kind == "json":
@@ -72,7 +51,9 @@ def _value(item: Any) -> Any:
 def read_history(path: str | Path) -> list[dict[str, Any]]:
     """Every history row in the order it was written, as ``{key: value}`` (``_step`` included)."""
     rows: list[dict[str, Any]] = []
-    for record in _records(path):
+    for payload in _payloads(Path(path).read_bytes()):
+        record = pb.Record()
+        record.ParseFromString(payload)
         if record.WhichOneof("record_type") == "history":
             rows.append({(item.key or "/".join(item.nested_key)): _value(item) for item in record.history.item})
     return rows
@@ -81,7 +62,9 @@ def read_history(path: str | Path) -> list[dict[str, Any]]:
 def read_metric_definitions(path: str | Path) -> list[tuple[str, str, str]]:
     """``(name or glob_name, step_metric, ...)`` for every ``define_metric`` record in the log."""
     defs: list[tuple[str, str, str]] = []
-    for record in _records(path):
+    for payload in _payloads(Path(path).read_bytes()):
+        record = pb.Record()
+        record.ParseFromString(payload)
         if record.WhichOneof("record_type") == "metric":
             m = record.metric
             defs.append((m.name, m.glob_name, m.step_metric))

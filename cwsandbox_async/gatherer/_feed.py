@@ -14,6 +14,9 @@ from .._log import log
 
 __all__ = ["Feed", "FeedFailed", "GatherStatistics"]
 
+#: One item taken from the input: its index, its key (the index unless given), the work.
+_Pulled = tuple[int, Any, Any]
+
 
 @dataclass(frozen=True, slots=True)
 class GatherStatistics:
@@ -88,7 +91,7 @@ class Feed:
         self.completed = 0
         self.workers = 0
 
-    def _split(self, item: Any) -> tuple[int, Any, Any]:
+    def _split(self, item: Any) -> _Pulled:
         index = self.pulled
         self.pulled = index + 1
         if type(item) is tuple:
@@ -98,42 +101,36 @@ class Feed:
             return index, index, _invalid(f"item {index} is a tuple of {len(item)}; a keyed item is (key, work)")
         return index, index, item
 
-    def pull_sync(self) -> tuple[int, Any, Any] | None:
+    def pull_sync(self) -> _Pulled | None:
+        """The next item of a plain iterable, without a checkpoint (so workers ramp up before items run)."""
         if self.exhausted:
             return None
         assert self._it is not None
         try:
-            item = next(self._it)
+            return self._split(next(self._it))
         except StopIteration:
-            self.exhausted = True
-            return None
-        except Exception as exc:
-            self.exhausted = True
-            self.error = exc
-            return None
-        return self._split(item)
+            return self._stop(None)
+        except Exception as exc:  # the input's own failure
+            return self._stop(exc)
 
-    async def pull_async(self) -> tuple[int, Any, Any] | None:
+    async def pull_async(self) -> _Pulled | None:
+        """The next item of an async iterable; one reader at a time, since it may await between items."""
         assert self._lock is not None and self._async_it is not None
         async with self._lock:
             if self.exhausted:
                 return None
             try:
-                item = await anext(self._async_it)
+                return self._split(await anext(self._async_it))
             except StopAsyncIteration:
-                self.exhausted = True
-                return None
-            except Exception as exc:
-                self.exhausted = True
-                self.error = exc
-                return None
-            return self._split(item)
+                return self._stop(None)
+            except Exception as exc:  # the input's own failure
+                return self._stop(exc)
 
-    def started(self) -> None:
-        n = self.in_flight + 1
-        self.in_flight = n
-        if n > self.max_in_flight:
-            self.max_in_flight = n
+    def _stop(self, error: Exception | None) -> _Pulled | None:
+        """The input is exhausted, or failed with ``error`` (reported once, after the outcomes before it)."""
+        self.exhausted = True
+        self.error = error
+        return None
 
     def statistics(self) -> GatherStatistics:
         return GatherStatistics(

@@ -30,9 +30,9 @@ from typing import Any, Generic, TypeAlias, TypeVar, cast
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from .._errors import SandboxError, SandboxValidationError
+from .._errors import SandboxError
 from .._log import log
-from .._validate import validate_timeout
+from .._validate import validate_count, validate_timeout
 from ._feed import Feed, FeedFailed, GatherStatistics
 from ._outcome import Outcome
 from ._runner import OutcomeSink, Runner
@@ -101,12 +101,6 @@ class OutcomeStream(Generic[T]):
     def statistics(self) -> GatherStatistics:
         """Counters for this gatherer so far (items pulled, in flight, completed...)."""
         return self._feed.statistics()
-
-
-def _validate_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
-    return limit
 
 
 def _progress_bar(progress: bool | None, total: int | None) -> Any:
@@ -230,7 +224,7 @@ def _prepare(
     slots: list[Outcome[Any] | None] | None,
 ) -> tuple[Feed, Runner]:
     """Validate the arguments (``SandboxValidationError``) and build the feed and runner."""
-    lim = _validate_limit(limit)
+    lim = validate_count(limit, "limit")
     timeout = validate_timeout(timeout_seconds, "timeout_seconds", allow_none=True)
     feed = Feed(work, lim)
     return feed, Runner(feed, timeout, metrics, _progress_bar(progress, feed.total), slots)

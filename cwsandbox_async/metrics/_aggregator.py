@@ -41,6 +41,30 @@ _NONZERO = ExecOutcome.COMPLETED_NONZERO
 _QUANTILES = (0.5, 0.95, 0.99)
 
 
+#: The window's plain sums (merging two windows adds them).
+_SUMS = (
+    "created",
+    "create_failures",
+    "create_infra",
+    "destroyed",
+    "executions",
+    "ok",
+    "nonzero",
+    "failures",
+    "timeouts",
+    "starved",
+    "oom",
+    "infra",
+    "exec_cpu",
+    "sandbox_seconds",
+    "folded_sandboxes",
+    "folded_execs",
+    "swept",
+    "leases",
+    "warm_hits",
+)
+
+
 class _Window:
     """Everything counted since the last reset. Mutated only under the aggregator's lock."""
 
@@ -107,36 +131,19 @@ class _Window:
         ``execs_per_sandbox``; this only happens after a failed delivery.)
         """
         self.started = min(self.started, old.started)
-        self.created += old.created
-        self.create_failures += old.create_failures
-        self.create_infra += old.create_infra
-        self.destroyed += old.destroyed
-        self.executions += old.executions
-        self.ok += old.ok
-        self.nonzero += old.nonzero
-        self.failures += old.failures
-        self.timeouts += old.timeouts
-        self.starved += old.starved
-        self.oom += old.oom
-        self.infra += old.infra
-        self.exec_cpu += old.exec_cpu
-        self.sandbox_seconds += old.sandbox_seconds
+        for name in _SUMS:
+            setattr(self, name, getattr(self, name) + getattr(old, name))
         self.startup_hist.merge(old.startup_hist)
         self.exec_hist.merge(old.exec_hist)
         self.lease_hist.merge(old.lease_hist)
         for sid, n in old.per_sandbox.items():
             self.per_sandbox[sid] = self.per_sandbox.get(sid, 0) + n
-        self.folded_sandboxes += old.folded_sandboxes
-        self.folded_execs += old.folded_execs
         self.folded_min = min(self.folded_min, old.folded_min)
         self.folded_max = max(self.folded_max, old.folded_max)
         for key, n in old.retries.items():
             _bump(self.retries, key, n)
         for key, n in old.gather.items():
             _bump(self.gather, key, n)
-        self.swept += old.swept
-        self.leases += old.leases
-        self.warm_hits += old.warm_hits
 
 
 def _bump(labels: dict[str, int], key: str, n: int = 1) -> None:

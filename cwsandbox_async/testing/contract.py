@@ -58,6 +58,10 @@ class BackendContract:
 
     #: Seconds a create may take on this backend (raise it for slow backends).
     create_timeout: float = 60.0
+    #: Seconds any other call (destroy, list, status, a file transfer, a short exec) may take.
+    call_timeout: float = 30.0
+    #: Seconds past an exec's own timeout before the suite calls the backend stuck.
+    exec_grace: float = 15.0
 
     @pytest.fixture
     def tag(self) -> str:
@@ -71,16 +75,16 @@ class BackendContract:
                 await backend.create(spec)
             yield spec.sandbox_id
         finally:
-            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+            with anyio.CancelScope(shield=True), anyio.fail_after(self.call_timeout):
                 await backend.destroy(spec.sandbox_id)
 
     async def run(self, backend: Backend, sid: str, *argv: str, **kw: object) -> ExecExit:
         req = make_request(*argv, **kw)  # type: ignore[arg-type]
-        with anyio.fail_after(req.timeout_seconds + 15):
+        with anyio.fail_after(req.timeout_seconds + self.exec_grace):
             return await backend.exec(sid, req)
 
     async def assert_none_left(self, backend: Backend, tag: str) -> None:
-        with anyio.fail_after(30):
+        with anyio.fail_after(self.call_timeout):
             left = await backend.list([tag])
         assert [i.sandbox_id for i in left] == []
 
@@ -156,7 +160,7 @@ class BackendContract:
 
         async with self.sandbox(backend, tag) as sid:
             req = make_request("/bin/sh", "-c", "echo one; echo two >&2; echo three")
-            with anyio.fail_after(30):
+            with anyio.fail_after(self.call_timeout):
                 r = await backend.exec(sid, req, on_output)
             assert b"".join(chunks["stdout"]) == r.stdout == b"one\nthree\n"
             assert b"".join(chunks["stderr"]) == r.stderr == b"two\n"
