@@ -1,36 +1,51 @@
 # One command each: `make demo` runs the main demo, `make test` runs the whole suite.
-# Both create the virtual environment and install the project first.
+# Both create the virtual environment first. `make demo` installs only the project and its
+# runtime dependencies; `make test` (and lint, examples, bench) add the dev extras.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-dev
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck examples bench bench-quick clean
+.PHONY: demo test test-trl-lowest lint typecheck examples bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP) -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(PIP) -e '.[dev]'
+	touch $(DEV_STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/reward_function.py
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest
 
-lint: $(STAMP)
+# The TRL tests again on the lowest TRL the trl extra allows, in .venv-trl-lowest (needs the trl
+# extra installed in .venv: torch, transformers and the rest are reused from there).
+test-trl-lowest: $(DEV_STAMP)
+	$(PY) tests/trl_lowest.py
+
+lint: $(DEV_STAMP)
 	$(PY) -m ruff check cwsandbox_async tests benchmarks examples
 	$(PY) -m ruff format --check cwsandbox_async tests benchmarks examples
 	$(PY) -m mypy
 
-examples: $(STAMP)
-	$(PY) -m pytest -q tests/test_examples.py
+typecheck: $(DEV_STAMP)
+	$(PY) -m mypy
 
-bench: $(STAMP)
+examples: $(DEV_STAMP)
+	$(PY) -m pytest -q tests/test_examples.py tests/test_docs.py
+
+bench: $(DEV_STAMP)
 	$(PY) -m benchmarks
 
-bench-quick: $(STAMP)
+bench-quick: $(DEV_STAMP)
 	$(PY) -m benchmarks --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache benchmarks/out
+	rm -rf $(VENV) .venv-trl-lowest .pytest_cache .mypy_cache .ruff_cache benchmarks/out

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "verdict": ("benchmarks.bench_verdict", "the rewards' test harness: its cost and the early exits it stops"),
     "scale": ("benchmarks.bench_scale", "1,000 live local sandboxes; 10,000 simulated"),
     "k8s": ("benchmarks.bench_k8s", "Kubernetes path against the test API server"),
+    "coreweave": ("benchmarks.bench_coreweave", "CoreWeave path against its test server, next to the cwsandbox SDK"),
 }
 
 

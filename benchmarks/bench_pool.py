@@ -8,17 +8,20 @@ is measured from the burst's start to the end of its first command:
 - warm pool: ``async with pool.lease() as sb: await sb.exec(["true"])`` on a pool
   warmed to the burst size beforehand (it warms while the trainer runs its optimizer step);
 - variants: a pool warmed to a quarter of the burst (FakeBackend), and on the local
-  backend a pool whose refills are not paced by ``create_rate`` (local creation costs
-  CPU on this machine and competes with the rollouts).
+  backend a pool with a fixed ``create_concurrency`` of the burst size (refills not
+  paced by measured capacity; local creation costs CPU on this machine and competes
+  with the rollouts).
 
-Also measured: warm lease latency (``lease().__aenter__`` on a warm pool, one at a time)
-and the lease wait inside the burst.
+Also measured: warm lease latency (``lease().__aenter__`` on a warm pool, one at a time),
+the lease wait inside the burst and each pool's warm-hit rate; and on the local backend
+rollouts per second of a fresh-sandbox-per-lease pool against the same pool with
+``reuse=True`` (``benchmarks/_pool_rate.py``).
 
 Backends: FakeBackend with a Kubernetes-like startup (lognormal, median 1 s, p99 5 s;
 ``--quick`` scales it by 0.1) and an exec of 2 ms; the local backend when it can create a
 sandbox here. Writes benchmarks/out/pool.json and benchmarks/out/pool.png.
 
-    python -m benchmarks.bench_pool [--quick] [--no-local]
+    python -m benchmarks.bench_pool [--quick] [--no-local] [--rate-rollouts N] [--rate-concurrency N]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import cwsandbox_async as cwa
 from cwsandbox_async.testing import FakeBackend, Latency
 
 from ._common import OUT_DIR, percentile, write_json
+from ._pool_rate import fresh_vs_reuse, table
 
 BURST = 256
 
@@ -93,6 +97,7 @@ async def burst_pool(backend: Any, n: int, **pool_kw: Any) -> dict[str, Any]:
         "warmup_seconds": round(warmup, 3),
         "warm_hits": stats.warm_hits,
         "cold_waits": stats.cold_waits,
+        "warm_hit_rate": stats.warm_hit_rate,
         "max_alive": stats.max_alive,
     }
 
@@ -135,7 +140,7 @@ async def scenario(make_backend: Any, n: int, pools: dict[str, dict[str, Any]]) 
             "config": kw,
             "ttfe": stats_ms(run["ttfe"]),
             "lease_wait_in_burst": stats_ms(run["lease_wait"]),
-            **{k: run[k] for k in ("warmup_seconds", "warm_hits", "cold_waits", "max_alive")},
+            **{k: run[k] for k in ("warmup_seconds", "warm_hits", "cold_waits", "warm_hit_rate", "max_alive")},
             "ratio_ttfe_p50": round(percentile(baseline, 50) / percentile(run["ttfe"], 50), 1),
             "ratio_ttfe_p99": round(percentile(baseline, 99) / percentile(run["ttfe"], 99), 1),
         }
@@ -176,6 +181,7 @@ def chart(results: dict[str, Any]) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="lower right")
     fig.tight_layout()
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
     fig.savefig(OUT_DIR / "pool.png", dpi=110)
     plt.close(fig)
 
@@ -185,6 +191,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="startup latency scaled by 0.1, fewer local rollouts")
     parser.add_argument("--no-local", action="store_true", help="skip the local backend")
     parser.add_argument("--local-rollouts", type=int, default=None, help="burst size on the local backend")
+    parser.add_argument("--rate-rollouts", type=int, default=None, help="rollouts per fresh-vs-reuse run (local)")
+    parser.add_argument("--rate-concurrency", type=int, default=8, help="rollouts at a time, fresh-vs-reuse (local)")
     args = parser.parse_args()
     scale = 0.1 if args.quick else 1.0
 
@@ -200,12 +208,20 @@ def main() -> int:
     reason = "skipped (--no-local)" if args.no_local else anyio.run(local_available)
     if reason is None:
         print(f"local backend: burst of {local_n}", flush=True)
-        # Local creation costs CPU on this machine, so refills are paced to leave the CPU to the rollouts.
+        # The default pool paces creations by their measured cost (no rate limit); the variant runs
+        # as many at once as the burst asks for.
         local_pools = {
-            "warm pool": {"size": local_n, "max_size": local_n + 32, "create_rate": 20, "create_burst": 1},
-            "warm pool, refills not paced": {"size": local_n, "max_size": local_n + 32},
+            "warm pool": {"size": local_n, "max_size": local_n + 32},
+            "warm pool, refills not paced": {
+                "size": local_n,
+                "max_size": local_n + 32,
+                "create_concurrency": local_n + 32,
+            },
         }
         results["local"] = anyio.run(scenario, lambda seed: "local", local_n, local_pools)
+        rate_n = args.rate_rollouts or (64 if args.quick else 400)
+        print(f"local backend: {rate_n} rollouts, {args.rate_concurrency} at a time, fresh vs reuse", flush=True)
+        results["local_rate"] = anyio.run(lambda: fresh_vs_reuse("local", n=rate_n, concurrency=args.rate_concurrency))
     else:
         results["local"] = {"skipped": reason}
         print(f"local backend: {reason}")
@@ -222,6 +238,12 @@ def main() -> int:
         headline[f"{name}_per_rollout_ttfe_p99_ms"] = r["create_per_rollout"]["ttfe"]["p99_ms"]
         headline[f"{name}_warm_lease_p50_ms"] = r["warm_lease"]["p50_ms"]
         headline[f"{name}_warm_lease_p99_ms"] = r["warm_lease"]["p99_ms"]
+        headline[f"{name}_burst_warm_hit_rate"] = main_pool["warm_hit_rate"]
+    rate = results.get("local_rate")
+    if rate is not None:
+        for workload in ("true", "python"):
+            headline[f"local_fresh_to_reuse_ratio_{workload}"] = rate[workload]["ratio_fresh_to_reuse"]
+            headline[f"local_fresh_warm_hit_rate_{workload}"] = rate[workload]["fresh"]["warm_hit_rate"]
     results["headline"] = headline
 
     chart(results)
@@ -243,6 +265,9 @@ def main() -> int:
             print(f"| {name} | {label} | {t['p50_ms']:.1f} | {t['p99_ms']:.1f} | {ratios} |")
         wl = r["warm_lease"]
         print(f"| {name} | (warm lease latency) | {wl['p50_ms']:.3f} | {wl['p99_ms']:.3f} | | |")
+    if rate is not None:
+        print("\nlocal backend, rollouts per second (fresh sandbox per lease vs reuse=True, same run):")
+        print(table(rate))
     print(f"\nwrote {path} and {OUT_DIR / 'pool.png'}")
     return 0
 

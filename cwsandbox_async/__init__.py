@@ -4,8 +4,6 @@ Backends are imported lazily by name; ``import cwsandbox_async`` imports none of
 them, nor aiohttp's websocket code, nor wandb.
 """
 
-from __future__ import annotations
-
 from ._errors import (
     PoolClosedError,
     PoolError,

@@ -67,7 +67,11 @@ class CloseBudget:
     @contextmanager
     def shielded(self, seconds: float = math.inf) -> Iterator[anyio.CancelScope]:
         """A scope shielded from outside cancellation that ends by ``min(now + seconds, the close deadline)``."""
-        scope = anyio.CancelScope(shield=True, deadline=min(anyio.current_time() + seconds, self._deadline))
+        deadline = min(anyio.current_time() + seconds, self._deadline)
+        enclosing = anyio.current_effective_deadline()
+        if enclosing != -math.inf:  # inside another (shielded) step: never outlive it
+            deadline = min(deadline, enclosing)
+        scope = anyio.CancelScope(shield=True, deadline=deadline)
         self._scopes.add(scope)
         try:
             with scope:

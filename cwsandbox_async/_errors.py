@@ -161,6 +161,11 @@ class SandboxFileError(SandboxError):
         super().__init__(message, sandbox_id=sandbox_id)
         self.path = path
 
+    @property
+    def filepath(self) -> str | None:
+        """The CoreWeave SDK's name for ``path``."""
+        return self.path
+
 
 class SandboxTransportError(SandboxError):
     """The channel to the sandbox broke: the agent died, a socket dropped, a stream ended early."""

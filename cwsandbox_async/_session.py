@@ -22,7 +22,7 @@ from ._log import log
 from ._sandbox import Sandbox, SandboxOpener
 from ._settings import Timeouts
 from ._signals import die_of_pending_signal, on_sigterm
-from ._types import SandboxDefaults, SandboxInfo, SandboxSpec
+from ._types import SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
 from ._validate import validate_tags, validate_timeout
 from .backends import load_backend
 from .metrics._aggregator import MetricsAggregator
@@ -60,6 +60,9 @@ class Session:
     (``Timeouts``). With ``handle_signals`` (the default), SIGTERM cancels the
     ``async with`` body, the session closes, and the process then dies of SIGTERM
     (``_signals``); a session opened with ``open()`` instead handles no signal.
+    ``report_to``/``run`` choose where ``log_metrics`` sends the metrics;
+    ``metrics_namespace="x"`` names them ``cwsandbox/x/*`` (the step stays
+    ``cwsandbox/step``), so several sessions can share one W&B run.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class Session:
         run: Any = None,
         handle_signals: bool = True,
         timeouts: Timeouts | None = None,
+        metrics_namespace: str | None = None,
     ) -> None:
         if defaults is None:
             defaults = SandboxDefaults()
@@ -101,7 +105,7 @@ class Session:
         self.metrics = MetricsAggregator()
         self._report_to = report_to
         self._run = run
-        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run)
+        self._reporting = MetricsReporting.from_options(self.metrics, report_to, run, metrics_namespace)
 
     # -- lifecycle -------------------------------------------------------------
     @property
@@ -293,13 +297,24 @@ class Session:
         self._sandboxes.pop(sb.sandbox_id, None)
 
     # -- list and sweep --------------------------------------------------------
-    async def list(self, tags: Sequence[str] | None = None) -> builtins.list[SandboxInfo]:
+    async def list(
+        self,
+        tags: Sequence[str] | None = None,
+        *,
+        status: SandboxStatus | str | Sequence[SandboxStatus | str] | None = None,
+    ) -> builtins.list[SandboxInfo]:
         """Sandboxes on this backend carrying all of ``tags`` (default: the session's tags),
-        including leftovers of other, possibly crashed, processes."""
+        including leftovers of other, possibly crashed, processes.
+
+        ``status`` keeps only sandboxes in that status (or any of several), as the
+        CoreWeave SDK's ``list(status=...)``; an unknown status raises ``SandboxValidationError``.
+        """
         self._check_open()
         wanted = validate_tags(self.defaults.tags if tags is None else tags)
+        keep = _statuses(status)
         backend = self.backend
-        return await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
+        found = await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
+        return found if keep is None else [info for info in found if info.status in keep]
 
     async def sweep(
         self, tags: Sequence[str] | None = None, *, older_than_seconds: float | None = None, include_own: bool = False
@@ -342,9 +357,11 @@ class Session:
         ``step=None`` means the last step + 1 (0 first). ``reset=False`` keeps
         accumulating after the flush. Returns True if every available reporter
         took the snapshot; False, keeping the data for the next flush, if there
-        is no reporter (no W&B run yet), nothing happened since the last flush,
-        or a reporter failed (logged as a warning). W&B gets ``cwsandbox/step``,
-        never ``step=``. Closing the session flushes what is left as step last + 1.
+        is no reporter (no W&B run yet: warned once), nothing happened since the
+        last flush, or a reporter failed (logged as a warning). W&B gets
+        ``cwsandbox/step``, never ``step=``. Closing the session flushes what is
+        left as step last + 1, or, when it only stopped sandboxes, as step last's
+        ``cwsandbox/teardown/*`` (no trailing row of zeros).
         Thread-safe (may be called off the event loop). Raises
         ``SandboxValidationError`` for a step that is not a non-negative int.
         """
@@ -353,6 +370,38 @@ class Session:
     def snapshot(self) -> MetricsSnapshot:
         """The metrics since the last flush, frozen (``.as_dict()`` gives the ``cwsandbox/*`` mapping)."""
         return self.metrics.snapshot()
+
+    def get_metrics(self) -> dict[str, Any]:
+        """The CoreWeave SDK's name: the metrics since the last flush as the ``cwsandbox/*`` mapping
+        (``snapshot().as_dict()``); flushes and resets nothing."""
+        return dict(self.snapshot().as_dict())
+
+
+#: The CoreWeave SDK's statuses that this library folds into one of its own.
+_SDK_STATUSES = {
+    "pending": SandboxStatus.CREATING,
+    "preparing": SandboxStatus.CREATING,
+    "paused": SandboxStatus.RUNNING,
+    "terminated": SandboxStatus.COMPLETED,
+}
+
+
+def _statuses(status: object) -> frozenset[SandboxStatus] | None:
+    """``status`` of ``Session.list`` as a set (None: no filter); ``SandboxValidationError`` for an unknown one."""
+    if status is None:
+        return None
+    items = [status] if isinstance(status, str) else status
+    if not isinstance(items, Sequence | frozenset | set):
+        raise SandboxValidationError(f"status must be a SandboxStatus, its name, or a list of them, got {status!r}")
+    out = set()
+    for item in items:
+        name = str(item).lower()
+        try:
+            out.add(_SDK_STATUSES.get(name) or SandboxStatus(name))
+        except ValueError:
+            known = ", ".join(s.value for s in SandboxStatus)
+            raise SandboxValidationError(f"unknown status {item!r}; one of {known}") from None
+    return frozenset(out)
 
 
 async def _quietly(what: str, step: Callable[[], Awaitable[None]], *, logged: bool = False) -> None:

@@ -73,9 +73,12 @@ class Resources:
 class SandboxDefaults:
     """Defaults for every sandbox a Session creates; override per sandbox.
 
-    ``image`` is used by backends that run container images (Kubernetes). The local
-    backend has no images: it runs the host's root file system read-only, and rejects
-    nothing, but logs that the image is ignored when one is given.
+    ``image`` is used by backends that run container images (Kubernetes, CoreWeave).
+    The local backend has no images: it runs the host's root file system read-only,
+    and rejects nothing, but logs that the image is ignored when one is given.
+    ``container_image=`` (the CoreWeave SDK's name) is accepted for ``image``, here and
+    in ``with_overrides``; giving both with different values raises
+    ``SandboxValidationError``.
     """
 
     image: str | None = None
@@ -89,6 +92,8 @@ class SandboxDefaults:
     network: bool = False
     create_timeout_seconds: float = 120.0
     operation_timeout_seconds: float = 30.0
+    #: The CoreWeave SDK's name for ``image`` (an init-only alias: read ``image``).
+    container_image: dataclasses.InitVar[str | None] = None
     #: Starvation thresholds (docs/outcomes.md): a timed-out exec is "starved" -- the platform's
     #: fault, raised as an infrastructure ``SandboxTimeoutError`` -- only if the command and
     #: everything else in its sandbox used less than ``starved_cpu_share`` of the CPU it was
@@ -97,10 +102,12 @@ class SandboxDefaults:
     starved_cpu_share: float = 0.5
     starved_wait_share: float = 0.25
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, container_image: str | None) -> None:
         from ._validate import validate_overrides
 
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if container_image is not None:
+            values["container_image"] = container_image
         for name, value in validate_overrides(self, values).items():
             object.__setattr__(self, name, value)
 

@@ -248,11 +248,17 @@ def validate_cpu_seconds(value: object) -> float | None:
 
 
 def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Validate ``SandboxDefaults`` fields given as keyword overrides."""
+    """Validate ``SandboxDefaults`` fields given as keyword overrides (``container_image`` becomes ``image``)."""
     names = {f.name for f in dataclasses.fields(base)}
-    unknown = sorted(set(overrides) - names)
+    unknown = sorted(set(overrides) - names - {"container_image"})
     if unknown:
         raise SandboxValidationError(f"unknown sandbox option(s): {', '.join(unknown)}")
+    if "container_image" in overrides:  # the CoreWeave SDK's name for image
+        overrides = dict(overrides)
+        alias = overrides.pop("container_image")
+        if overrides.get("image") not in (None, alias):
+            raise SandboxValidationError("image and container_image (its SDK name) disagree; give one")
+        overrides["image"] = alias
     out = dict(overrides)
     for key, value in overrides.items():
         if key == "tags":

@@ -103,6 +103,7 @@ def main() -> int:
     if args.model is None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # with weave installed (ART), wandb.init may prompt for a key
     try:
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer

@@ -28,7 +28,7 @@ from cwsandbox_async.testing.contract import make_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The documented exit codes (pinned here; the test process does not import the CLI module).
-EXIT_CODES = (0, 1, 2, 3, 4, 124, 125, 130)
+EXIT_CODES = (0, 1, 2, 3, 4, 124, 125, 126, 127, 130)
 local_only = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
 
 
@@ -132,6 +132,37 @@ async def test_exec_streams_output_and_exits_with_the_commands_status(state: lis
     assert r.code == 0 and r.out == blob
     r = await cli("exec", *state, "--timeout", "1", "--", "sh", "-c", "echo started; sleep 30")
     assert r.code == 124 and r.stdout == "started\n" and "timed out" in r.stderr
+
+
+@local_only
+async def test_exec_agrees_with_the_api_on_string_commands_and_missing_programs(state: list[str]) -> None:
+    """One argument is a shell command line (as ``Sandbox.exec(str)``); a missing program is 127, as in sh."""
+    r = await cli("exec", *state, "echo hi | tr a-z A-Z")
+    assert (r.code, r.stdout) == (0, "HI\n")
+    r = await cli("exec", *state, "--", "echo", "hi | tr a-z A-Z")  # several words: argv, no shell
+    assert (r.code, r.stdout) == (0, "hi | tr a-z A-Z\n")
+    r = await cli("exec", *state, "--argv", "--", "echo hi")  # one word, but a program name
+    assert r.code == 127 and "not found" in r.stderr
+    r = await cli("exec", *state, "--", "/nonexistent/program", "x")
+    assert r.code == 127 and "not found" in r.stderr
+    r = await cli("exec", *state, "nonexistent-program")
+    assert r.code == 127 and "not found" in r.stderr
+    r = await cli("exec", *state, "--", "/etc/passwd", "x")
+    assert r.code == 126 and "permission denied" in r.stderr
+    r = await cli("exec", *state, "--shell", "--argv", "--", "true")
+    assert r.code == 2 and "contradict" in r.stderr
+    code = (
+        "import asyncio, cwsandbox_async as cwa\n"
+        "async def main():\n"
+        "    async with cwa.Session(backend='local') as s, s.sandbox() as sb:\n"
+        "        print((await sb.exec(['/nonexistent/program', 'x'])).returncode,"
+        " (await sb.exec('nonexistent-program')).returncode, (await sb.exec(['/etc/passwd'])).returncode)\n"
+        "asyncio.run(main())\n"
+    )
+    with anyio.fail_after(60):
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+    assert out.decode().split() == ["127", "127", "126"]  # the same codes from the API
 
 
 @local_only

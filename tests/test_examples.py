@@ -150,7 +150,8 @@ def test_trl_grpo_two_steps_offline(local_backend: None, form: str) -> None:
     args = [str(EXAMPLES / "trl_grpo_integration.py")] + (["--sync"] if form == "sync" else [])
     out = run_example(*args).stdout
     calls = re.findall(
-        r"^\[CWSandbox\] Reward call (\d+): (\d+) sandboxes, (\d+)/(\d+) passed, (\d+) skipped \(no code\)$",
+        r"^\[CWSandbox\] Reward call (\d+) \(sandbox_tests\): (\d+) sandboxes, (\d+)/(\d+) passed, (\d+) skipped"
+        r" \(no code\)$",
         out,
         re.MULTILINE,
     )

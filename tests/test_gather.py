@@ -563,3 +563,17 @@ async def test_wait_on_sandboxes_and_processes() -> None:
             done, pending = await cwa.wait([slow, quick], timeout=10)
             assert set(map(id, done)) == {id(slow), id(quick)} and pending == []
             assert (await slow.wait()).returncode == 0
+
+
+async def test_a_generator_read_to_its_end_is_refused_not_run_as_nothing() -> None:
+    """The README once gave one generator to as_completed and then to gather: the second got []."""
+
+    async def one() -> int:
+        return 1
+
+    work = (one for _ in range(3))
+    assert [o.value for o in await cwa.gather(work)] == [1, 1, 1]
+    with pytest.raises(cwa.SandboxValidationError, match="already read to its end"):
+        await cwa.gather(work)
+    async with cwa.as_completed(iter([])) as results:  # an empty iterator is still fine
+        assert [o async for o in results] == []

@@ -64,6 +64,8 @@ class Expected:
     startup: list[float] = field(default_factory=list)
     exec_wall: list[float] = field(default_factory=list)
     absent: dict[int, list[str]] = field(default_factory=dict)
+    #: The close flush: only teardown happened after step 4, so it goes out at step 4 as cwsandbox/teardown/*.
+    teardown: dict[str, float] = field(default_factory=dict)
 
 
 def make_backend() -> FakeBackend:
@@ -71,7 +73,7 @@ def make_backend() -> FakeBackend:
 
 
 async def workload(session: cwa.Session, backend: FakeBackend, flushed: list[bool]) -> Expected:
-    """Steps 0..4 through ``log_metrics`` (step 3 with reset=False); the close adds step 5."""
+    """Steps 0..4 through ``log_metrics`` (step 3 with reset=False); the close adds step 4's teardown."""
     exp = Expected()
     sbs = [await session.sandbox() for _ in range(3)]
     exp.startup = [sb.startup_seconds for sb in sbs]
@@ -161,10 +163,18 @@ async def workload(session: cwa.Session, backend: FakeBackend, flushed: list[boo
         "cwsandbox/exec_completed_nonzero": 1,
         "cwsandbox/avg_execs_per_sandbox": 1.0,
     }
-    # the close flush (step 5): the two stops, no execs
-    exp.steps[5] = {"cwsandbox/sandboxes_destroyed": 2, "cwsandbox/executions": 0, "cwsandbox/sandboxes_live": 0}
-    exp.absent[5] = ["cwsandbox/exec_completion_rate", "cwsandbox/avg_execs_per_sandbox"]
+    # the close flush: the two stops and nothing else, so no step 5 row of zeros but step 4's teardown
+    exp.teardown = {"cwsandbox/teardown/sandboxes_destroyed": 2, "cwsandbox/teardown/sandboxes_live": 0}
     return exp
+
+
+def check_teardown(row: dict[str, Any], exp: Expected) -> None:
+    """Only teardown names, under cwsandbox/teardown/: nothing that would chart a zero for step 4."""
+    for name, want in exp.teardown.items():
+        assert row[name] == want, (name, row[name], want)
+    names = {k for k in row if k.startswith("cwsandbox/") and k != "cwsandbox/step"}
+    assert names and all(k.startswith("cwsandbox/teardown/") for k in names), sorted(names)
+    assert "cwsandbox/teardown/sandbox_seconds" in names and "cwsandbox/teardown/executions" not in names
 
 
 def check_step(step: int, row: dict[str, Any], exp: Expected) -> None:
@@ -208,9 +218,10 @@ async def test_workload_through_a_reporter() -> None:
     async with cwa.Session(backend=backend, report_to=[rec]) as s:
         exp = await workload(s, backend, flushed)
     assert flushed == [True] * 5
-    assert [step for step, _ in rec.rows] == [0, 1, 2, 3, 4, 5]
-    for step, snap in rec.rows:
+    assert [(step, snap.teardown) for step, snap in rec.rows] == [(n, False) for n in range(5)] + [(4, True)]
+    for step, snap in rec.rows[:-1]:
         check_step(step, snap.as_dict(), exp)
+    check_teardown(rec.rows[-1][1].as_dict(), exp)
     assert sum(snap.executions for step, snap in rec.rows if step != 3) == 107  # 3 was not reset
     assert sum(snap.sandboxes_destroyed for _, snap in rec.rows) == 3 == backend.destroyed
     assert s.snapshot().has_activity is False  # everything went out in the close flush
@@ -370,7 +381,10 @@ async def test_failed_or_missing_reporter_keeps_the_window() -> None:
         assert s.log_metrics(step=2) is False  # the reporter raised: kept
         rec.up = False
         await sb.exec(["true"])
-        assert s.log_metrics(step=3) is False  # no reporter available: kept
+        with structlog.testing.capture_logs() as logs:
+            assert s.log_metrics(step=3) is False  # no reporter available: kept, and said so (once)
+            assert s.log_metrics(step=3) is False
+        assert [e["log_level"] for e in logs if "no reporter can take" in e["event"]] == ["warning"]
         assert s.snapshot().executions == 2
         rec.up = True
         await sb.exec(["true"])
@@ -379,8 +393,53 @@ async def test_failed_or_missing_reporter_keeps_the_window() -> None:
             s.log_metrics(step=-1)
         with pytest.raises(cwa.SandboxValidationError):
             s.log_metrics(step=True)
-    assert [(step, snap.executions) for step, snap in rec.rows] == [(0, 1), (4, 3), (5, 0)]
+    assert [(step, snap.executions, snap.teardown) for step, snap in rec.rows] == [
+        (0, 1, False),
+        (4, 3, False),
+        (4, 0, True),  # the close only stopped the sandbox: step 4's teardown, not a step 5
+    ]
     assert rec.rows[2][1].sandboxes_destroyed == 1
+
+
+async def test_silent_sessions_stay_quiet_but_wanted_metrics_are_never_lost_silently() -> None:
+    """No report_to and no run: a close that delivers nothing is quiet, unless log_metrics was called."""
+    with structlog.testing.capture_logs() as logs:
+        async with cwa.Session(backend=FakeBackend()) as s:  # follows wandb.run; there is none
+            await (await s.sandbox()).exec(["true"])
+    assert logs == [] or all(e["log_level"] != "warning" for e in logs)
+    with structlog.testing.capture_logs() as logs:
+        async with cwa.Session(backend=FakeBackend()) as s:
+            await (await s.sandbox()).exec(["true"])
+            assert s.log_metrics(step=0) is False
+    warnings = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert any("no reporter can take" in w for w in warnings), warnings
+    assert any("were not reported" in w for w in warnings), warnings
+    with structlog.testing.capture_logs() as logs:
+        async with cwa.Session(backend=FakeBackend(), report_to=[]) as s:  # disabled on purpose
+            await (await s.sandbox()).exec(["true"])
+            assert s.log_metrics(step=0) is False
+    assert not [e for e in logs if e["log_level"] == "warning"]
+
+
+async def test_a_close_after_real_work_is_a_step_of_its_own_and_namespaces_keep_sessions_apart() -> None:
+    a = Recorder()
+    async with (
+        cwa.Session(backend=FakeBackend(), report_to=[a]) as s,
+        cwa.Session(backend=FakeBackend(), report_to=["log"], metrics_namespace="code_b") as t,
+    ):
+        sb = await s.sandbox()
+        await sb.exec(["true"])
+        assert s.log_metrics(step=0)
+        await sb.exec(["true"])  # after the last flush: step 1's work, delivered at close
+        with structlog.testing.capture_logs() as logs:
+            await (await t.sandbox()).exec(["true"])
+            assert t.log_metrics(step=0)
+    assert [(step, snap.executions, snap.teardown) for step, snap in a.rows] == [(0, 1, False), (1, 1, False)]
+    (line,) = [e for e in logs if e["event"] == "sandbox metrics"]
+    assert line["namespace"] == "code_b" and line["executions"] == 1
+    assert a.rows[0][1].as_dict("code_b")["cwsandbox/code_b/executions"] == 1
+    with pytest.raises(cwa.SandboxValidationError):
+        cwa.Session(backend=FakeBackend(), metrics_namespace="a/b")
 
 
 async def test_step_is_bound_for_library_log_lines() -> None:
@@ -404,7 +463,7 @@ async def test_log_metrics_from_another_thread() -> None:
         sb = await s.sandbox()
         await sb.exec(["true"])
         assert await anyio.to_thread.run_sync(s.log_metrics, 3)
-    assert [step for step, _ in rec.rows] == [3, 4]
+    assert [(step, snap.teardown) for step, snap in rec.rows] == [(3, False), (3, True)]
 
 
 def test_report_to_is_validated() -> None:

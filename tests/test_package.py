@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 import structlog
@@ -20,7 +22,7 @@ def test_all_is_sorted_and_complete() -> None:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
     subpackages = {"backends", "cli", "gatherer", "integrations", "metrics", "pool", "reporters", "testing"}
-    leaked = public - set(cwa.__all__) - {"annotations"} - subpackages
+    leaked = public - set(cwa.__all__) - subpackages  # no stray `annotations` (a __future__ import) either
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
 
 
@@ -51,11 +53,13 @@ PUBLIC_MODULES = {
     ],
     "cwsandbox_async.backends.local": ["DEFAULT_PRELOAD", "LocalBackend"],
     "cwsandbox_async.backends.kubernetes": ["KubernetesBackend", "KubernetesOptions"],
+    "cwsandbox_async.backends.coreweave": ["CoreWeaveBackend", "CoreWeaveOptions"],
     "cwsandbox_async.testing": ["ExecExit", "ExecHandler", "FakeBackend", "Faults", "Latency"],
     "cwsandbox_async.testing.contract": ["BackendContract", "make_request", "make_spec"],
     "cwsandbox_async.reporters": ["STEP_METRIC", "LogReporter", "Reporter", "WandbReporter"],
     "cwsandbox_async.integrations.trl": [
-        "CodeReward", "Extractor", "RewardCallStats", "SyncCodeReward", "code_reward", "code_reward_sync",
+        "AsyncCodeReward", "CodeReward", "Extractor", "RewardCallStats", "SyncCodeReward", "code_reward",
+        "code_reward_sync",
         "completion_text", "extract_code",
     ],
     "cwsandbox_async.integrations.art": [
@@ -80,7 +84,8 @@ def test_import_is_lazy() -> None:
     code = (
         "import sys, cwsandbox_async\n"
         "heavy = [m for m in ('wandb', 'aiohttp', 'cwsandbox_async.backends.local',"
-        " 'cwsandbox_async.backends.kubernetes', 'kubernetes', 'kubernetes_asyncio', 'yaml') if m in sys.modules]\n"
+        " 'cwsandbox_async.backends.kubernetes', 'kubernetes', 'kubernetes_asyncio', 'yaml',"
+        " 'cwsandbox_async.backends.coreweave', 'grpc', 'cwsandbox') if m in sys.modules]\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
@@ -113,3 +118,27 @@ async def test_events_carry_session_and_sandbox_ids() -> None:
     assert created[0]["sandbox_id"] == sb.sandbox_id == destroyed[0]["sandbox_id"]
     assert all(e.get("session_id") == s.session_id for e in created + destroyed)
     assert _log.log is not None
+
+
+def test_wheel_ships_py_typed_and_the_license(tmp_path: Path) -> None:
+    """Type checkers read the package's types only with ``py.typed``; the wheel carries the Apache-2.0 text."""
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    (wheel,) = tmp_path.glob("cwsandbox_async-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        assert "cwsandbox_async/py.typed" in names
+        (license_name,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        text = zf.read(license_name).decode()
+        (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = zf.read(metadata_name).decode()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text and len(text) > 10_000
+    assert "License-Expression: Apache-2.0" in metadata
+    assert not any(n.startswith(("tests/", "benchmarks/", "examples/")) for n in names)

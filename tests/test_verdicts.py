@@ -197,7 +197,7 @@ async def test_reward_starved_is_none_with_a_count_oom_is_zero(capsys: pytest.Ca
     try:
         assert await starved(completions=["<answer>pass</answer>"] * 2, log_metric=metrics.__setitem__) == [None, None]
         assert starved.last_stats is not None and starved.last_stats.starved == 2
-        assert metrics["cwsandbox/reward/starved"] == 2.0
+        assert metrics["cwsandbox/sandbox_reward/starved"] == 2.0  # cwsandbox/<reward name>/...
         assert await oom(completions=["<answer>print(1)</answer>"]) == [0.0]
         assert oom.last_stats is not None and oom.last_stats.oom_killed == 1
     finally:

@@ -14,6 +14,7 @@ __all__ = ["BACKENDS", "Backend", "OutputCallback", "load_backend"]
 BACKENDS: dict[str, str] = {
     "local": "cwsandbox_async.backends.local:LocalBackend",
     "kubernetes": "cwsandbox_async.backends.kubernetes:KubernetesBackend",
+    "coreweave": "cwsandbox_async.backends.coreweave:CoreWeaveBackend",
     "fake": "cwsandbox_async.testing.fake:FakeBackend",
 }
 

@@ -107,5 +107,17 @@ class Backend(abc.ABC):
     async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
         """Sandboxes carrying all of ``tags``, including leftovers of other processes."""
 
+    async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:  # noqa: B027 - optional hook
+        """End the sandbox's life ``seconds`` from now even if this process dies (None: the backend's default).
+
+        A server-side bound, for backends whose sandboxes outlive a killed driver
+        (Kubernetes: the pod's ``activeDeadlineSeconds``). ``SandboxPool`` calls it when a
+        lease with a hold timeout starts, with the hold timeout plus the pool's
+        ``lifetime_margin_seconds``. A no-op by default (local sandboxes die with their
+        driver). Raises a ``SandboxError`` if the lifetime cannot be set (a backend that
+        can only shorten a lifetime raises ``SandboxValidationError`` for a later end);
+        the pool then does not hand that sandbox out. The caller bounds the call.
+        """
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release the backend's own resources (connections, watches). Sandboxes are destroyed first."""

@@ -99,7 +99,11 @@ async def cmd_exec(args: argparse.Namespace) -> int:
         words = words[1:]
     if not words:
         raise UsageError("exec needs a command: cwsandbox-async exec [options] -- COMMAND [ARG ...]")
-    command: str | list[str] = " ".join(words) if args.shell else words
+    if args.shell and args.argv:
+        raise UsageError("--shell and --argv contradict each other")
+    # As Sandbox.exec: a str (one argument) is a shell command line, a list (several) is argv.
+    shell = args.shell or (len(words) == 1 and not args.argv)
+    command: str | list[str] = " ".join(words) if shell else words
     stdin = await anyio.to_thread.run_sync(sys.stdin.buffer.read) if args.stdin else None
     res: dict[str, Any] = {}
     for key in ("memory_mib", "pids", "cpu"):

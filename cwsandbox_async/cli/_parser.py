@@ -17,6 +17,7 @@ CHOICES = tuple(name for name in BACKENDS if name != "fake")
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
     "local": ("isolation", "state_dir"),
     "kubernetes": ("kubeconfig", "context", "namespace", "server", "image"),
+    "coreweave": ("base_url",),
 }
 
 #: Exit codes (also listed by ``--help``).
@@ -27,6 +28,8 @@ EXIT_UNAVAILABLE = 3
 EXIT_SANDBOX = 4
 EXIT_EXEC_TIMEOUT = 124
 EXIT_EXEC_ERROR = 125
+EXIT_NOT_EXECUTABLE = 126  # from the sandbox, as sh reports it (Sandbox.exec returns it as the returncode)
+EXIT_NOT_FOUND = 127  # same
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
@@ -36,7 +39,9 @@ EXIT_CODES = {
     EXIT_UNAVAILABLE: "the backend cannot be used here (no bwrap/unshare; no Kubernetes config; API unreachable)",
     EXIT_SANDBOX: "a sandbox operation failed (create, transport, ...)",
     EXIT_EXEC_TIMEOUT: "exec: the command hit --timeout (its process tree was killed)",
-    EXIT_EXEC_ERROR: "exec: the command could not be run (the reason is on stderr, or in --json's 'error')",
+    EXIT_EXEC_ERROR: "exec: the sandbox failed before or while running the command (reason on stderr / in 'error')",
+    EXIT_NOT_EXECUTABLE: "exec: the command was found but is not executable (as sh, and Sandbox.exec's returncode)",
+    EXIT_NOT_FOUND: "exec: the command was not found (as sh, and Sandbox.exec's returncode)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); sandboxes were stopped",
 }
 EPILOG = (
@@ -47,6 +52,7 @@ EPILOG = (
     "examples:\n"
     "  cwsandbox-async doctor\n"
     "  cwsandbox-async exec -- python3 -c 'print(2 + 2)'\n"
+    "  cwsandbox-async exec 'echo hi | tr a-z A-Z'      # one argument: a shell command line\n"
     "  cwsandbox-async list --tag run:abc --json\n"
     "  cwsandbox-async sweep --tag run:abc --older-than 2h\n"
     "  cwsandbox-async --backend kubernetes --namespace rl list\n"
@@ -101,6 +107,7 @@ def _common(parser: argparse.ArgumentParser, *, sub: bool) -> None:
     g.add_argument("--namespace", default=default, help="kubernetes: namespace")
     g.add_argument("--server", default=default, help="kubernetes: API server URL (instead of a kubeconfig)")
     g.add_argument("--image", default=default, help="kubernetes: container image")
+    g.add_argument("--base-url", default=default, help="coreweave: service URL (default $CWSANDBOX_BASE_URL)")
     parser.add_argument("--json", action="store_true", default=default, help="print one JSON document on stdout")
 
 
@@ -140,12 +147,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="show what would be stopped, stop nothing")
 
-    p = add("exec", "run one command in a fresh sandbox, print its output, exit with its exit status")
+    p = add(
+        "exec",
+        "run one command in a fresh sandbox, print its output, exit with its exit status; "
+        "like Sandbox.exec, one argument is a shell command line (/bin/sh -c), several are argv",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before the command is killed (default 60)")
     p.add_argument("--cwd", help="working directory inside the sandbox")
     p.add_argument("--env", action="append", type=key_value, default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--stdin", action="store_true", help="pass this program's stdin to the command")
-    p.add_argument("--shell", action="store_true", help="run the words as one /bin/sh -c script")
+    p.add_argument(
+        "--shell",
+        action="store_true",
+        help="run the words, joined by spaces, as one /bin/sh -c script (one word always is one)",
+    )
+    p.add_argument(
+        "--argv", action="store_true", help="run a single word as a program name, not as a shell command line"
+    )
     p.add_argument("--tag", action="append", default=[], help=f"tag the sandbox (besides {DEFAULT_TAG}); repeatable")
     p.add_argument("--network", action="store_true", help="give the sandbox network access")
     p.add_argument("--memory-mib", type=int, help="memory limit")

@@ -68,6 +68,11 @@ class Feed:
         self._lock: anyio.Lock | None = None
         if isinstance(work, (str, bytes, bytearray)):
             raise SandboxValidationError(f"work must be an iterable of awaitables, not {type(work).__name__}")
+        if inspect.isgenerator(work) and inspect.getgeneratorstate(work) == inspect.GEN_CLOSED:
+            raise SandboxValidationError(
+                "work is a generator that was already read to its end (a generator runs once; "
+                "pass a list to run the same work again)"
+            )
         if isinstance(work, Mapping):
             self._it = iter(work.items())
         elif isinstance(work, Iterable):

@@ -52,6 +52,8 @@ T = TypeVar("T")
 
 #: Items in flight at once when ``limit`` is not given.
 DEFAULT_LIMIT = 128
+#: In auto mode (``progress=None``) a bar appears only once a batch has run this long.
+AUTO_BAR_DELAY_SECONDS = 1.0
 
 #: One item of work: an awaitable, or a zero-argument callable returning one (lazy: nothing runs until pulled).
 Work: TypeAlias = "Awaitable[T] | Callable[[], Awaitable[T]]"
@@ -104,21 +106,28 @@ class OutcomeStream(Generic[T]):
 
 
 def _progress_bar(progress: bool | None, total: int | None) -> Any:
-    """A tqdm bar if asked for (``True``) or if stdout is a terminal (``None``) and tqdm is installed."""
+    """A tqdm bar on stderr: if asked for (``True``), or in auto mode (``None``) if stderr is a terminal.
+
+    tqdm comes with the ``progress`` extra (``pip install 'cwsandbox-async[progress]'``);
+    without it auto mode shows nothing and ``True`` warns once per call.
+    """
     if progress is False:
         return None
     if progress is None:
-        isatty = getattr(sys.stdout, "isatty", None)
+        isatty = getattr(sys.stderr, "isatty", None)  # the bar is drawn on stderr, so that is the terminal that counts
         if isatty is None or not isatty():
             return None
     try:
         tqdm = importlib.import_module("tqdm").tqdm
     except ImportError:
         if progress:
-            log.warning("progress=True needs tqdm (pip install tqdm); continuing without a progress bar")
+            log.warning(
+                "progress=True needs tqdm (pip install 'cwsandbox-async[progress]'); continuing without a progress bar"
+            )
         return None
-    # In auto mode, only batches that take longer than a second show a bar, and it goes away when done.
-    return tqdm(total=total, unit="item", delay=0.0 if progress else 1.0, leave=bool(progress), dynamic_ncols=True)
+    # In auto mode, only batches that last longer than AUTO_BAR_DELAY_SECONDS show a bar, gone when done.
+    delay = 0.0 if progress else AUTO_BAR_DELAY_SECONDS
+    return tqdm(total=total, unit="item", delay=delay, leave=bool(progress), dynamic_ncols=True, file=sys.stderr)
 
 
 @asynccontextmanager
@@ -143,7 +152,7 @@ async def as_completed(
     and becomes a ``TIMEOUT`` outcome. Every ``Exception`` an item raises becomes
     its outcome's ``error``; one failing item never cancels the others.
     ``metrics.gather_outcome(kind, duration)`` is called per outcome.
-    ``progress``: ``True`` shows a tqdm bar, ``None`` shows one if stdout is a
+    ``progress``: ``True`` shows a tqdm bar, ``None`` shows one if stderr is a
     terminal (and the batch lasts over a second), ``False`` never.
 
     Leaving the block, however it happens, cancels the items still running and

@@ -51,7 +51,8 @@ class RewardCallStats:
     """What one reward call did. ``sandboxes`` programs ran; ``skipped`` completions had no code;
     ``infra_failures`` got ``None`` because the platform failed (or missed its deadline), ``starved``
     of them because their wall timeout fired while they were starved of CPU; ``oom_killed``
-    programs were killed for their memory (scored 0.0)."""
+    programs were killed for their memory (scored 0.0). ``step`` is TRL's ``trainer_state.global_step``
+    during the call (completed steps); ``name`` the reward function's."""
 
     call: int
     sandboxes: int
@@ -61,11 +62,13 @@ class RewardCallStats:
     step: int | None
     starved: int = 0
     oom_killed: int = 0
+    name: str = ""
 
     def line(self) -> str:
-        """The familiar one-line summary."""
+        """The familiar one-line summary, naming the reward (two in one trainer print different lines)."""
+        named = f" ({self.name})" if self.name else ""
         text = (
-            f"[CWSandbox] Reward call {self.call}: {self.sandboxes} sandboxes, "
+            f"[CWSandbox] Reward call {self.call}{named}: {self.sandboxes} sandboxes, "
             f"{self.passed}/{self.sandboxes} passed, {self.skipped} skipped (no code)"
         )
         if self.infra_failures:
@@ -117,6 +120,7 @@ class RewardCore:
         lease_timeout_seconds: float,
         python: str,
         verbose: bool,
+        name: str = "",
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
@@ -129,6 +133,7 @@ class RewardCore:
         self.limit = limit
         self.python = python
         self.verbose = verbose
+        self.name = name
         self.calls = 0
         self.last_stats: RewardCallStats | None = None
         self._last_flushed_step: int | None = None
@@ -205,6 +210,7 @@ class RewardCore:
             step=self._step(kwargs),
             starved=starved,
             oom_killed=oom,
+            name=self.name,
         )
         self.last_stats = stats
         self._report(stats, session, kwargs)
@@ -232,18 +238,23 @@ class RewardCore:
             step=stats.step,
         )
         log_metric = kwargs.get("log_metric")
+        prefix = f"cwsandbox/{self.name}/" if self.name else "cwsandbox/reward/"
         if callable(log_metric) and stats.sandboxes:
-            log_metric("cwsandbox/reward/pass_rate", stats.passed / stats.sandboxes)
-            log_metric("cwsandbox/reward/infra_failures", float(stats.infra_failures))
-            log_metric("cwsandbox/reward/starved", float(stats.starved))
-            log_metric("cwsandbox/reward/oom_killed", float(stats.oom_killed))
+            log_metric(prefix + "pass_rate", stats.passed / stats.sandboxes)
+            log_metric(prefix + "infra_failures", float(stats.infra_failures))
+            log_metric(prefix + "starved", float(stats.starved))
+            log_metric(prefix + "oom_killed", float(stats.oom_killed))
         total = stats.sandboxes + stats.skipped
         if callable(log_metric) and total:
-            log_metric("cwsandbox/reward/no_code_fraction", stats.skipped / total)
-        # One flush per training step: a second call within the same step folds into the next flush.
-        if session is not None and stats.step is not None and stats.step != self._last_flushed_step:
-            self._last_flushed_step = stats.step
+            log_metric(prefix + "no_code_fraction", stats.skipped / total)
+        # TRL's global_step counts completed steps: the rewards computed now belong to step
+        # global_step + 1, and TRL logs them at train/global_step = global_step + 1. The sandbox
+        # metrics of this call go to that same step. One flush per step: a second call within the
+        # same step (steps_per_generation > 1, evaluation) folds into the next flush.
+        flush_step = None if stats.step is None else stats.step + 1
+        if session is not None and flush_step is not None and flush_step != self._last_flushed_step:
+            self._last_flushed_step = flush_step
             try:
-                session.log_metrics(step=stats.step)
+                session.log_metrics(step=flush_step)
             except Exception as exc:  # metrics must never break a training step
-                log.warning("log_metrics failed", step=stats.step, error=repr(exc))
+                log.warning("log_metrics failed", step=flush_step, error=repr(exc))

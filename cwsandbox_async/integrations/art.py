@@ -47,6 +47,7 @@ from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
 from .._session import Session
 from .._validate import validate_timeout
 from ..pool import SandboxPool
+from ._art_run import wandb_run
 from ._tools import (
     ALL_TOOLS,
     BASH_TOOL,
@@ -113,26 +114,6 @@ def require_art() -> Any:
         return importlib.import_module("art")
     except ImportError as exc:
         raise SandboxError("ART is not installed: pip install 'cwsandbox-async[art]'", infrastructure=False) from exc
-
-
-def wandb_run(model: Any) -> Any:
-    """ART's W&B run for ``model``, to pass as ``Session(run=...)``; ``None`` when ART would not log to W&B.
-
-    ART logs to W&B when ``model.report_metrics`` is ``None`` (the default) or
-    contains ``"wandb"``, and only if ``WANDB_API_KEY`` is set (also in offline
-    mode); then this creates (or returns) the run ART itself uses, so sandbox
-    metrics land next to ART's. Relies on ART's ``_get_wandb_run`` (0.5.x);
-    returns ``None`` if that is missing or fails.
-    """
-    report = getattr(model, "report_metrics", None)
-    wants = (report is None and bool(os.environ.get("WANDB_API_KEY"))) or (report is not None and "wandb" in report)
-    getter = getattr(model, "_get_wandb_run", None)
-    if not wants or getter is None:
-        return None
-    try:
-        return getter()
-    except Exception:
-        return None
 
 
 def tool_message(tool_call: Any, observation: str) -> dict[str, Any]:

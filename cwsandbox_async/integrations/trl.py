@@ -24,18 +24,29 @@ failure; tests signal failure by raising, e.g. ``assert``). The reward is
 A caller mistake or a bug (an unexpected exception) is raised after the batch
 finished, never turned into a score. See ``docs/outcomes.md``.
 
-Each call prints ``[CWSandbox] Reward call N: X sandboxes, Y/X passed, Z skipped
-(no code)`` (plus infra failures, starved and OOM counts when there are any;
-``verbose=False`` silences it) and passes ``cwsandbox/reward/*`` values to TRL's
-``log_metric`` and, when TRL passes ``trainer_state``,
-flushes the session's sandbox metrics at ``trainer_state.global_step``
-(``Session.log_metrics``; to W&B when a run is active or ``run=`` is given).
+Each call prints ``[CWSandbox] Reward call N (<name>): X sandboxes, Y/X passed, Z
+skipped (no code)`` (plus infra failures, starved and OOM counts when there are
+any; ``verbose=False`` silences it) and passes ``cwsandbox/<name>/*`` values
+(pass_rate, no_code_fraction, infra_failures, starved, oom_killed) to TRL's
+``log_metric``. When TRL passes ``trainer_state``, it also flushes the session's
+sandbox metrics (``Session.log_metrics``; to W&B when a run is active or ``run=``
+is given) as ``cwsandbox/<name>/*`` at ``cwsandbox/step`` = ``global_step + 1``:
+the ``train/global_step`` TRL logs the same rewards at. The ``name`` keeps two
+rewards in one trainer apart. Reward calls during evaluation fold into the next
+training step's flush.
 
 Use ``code_reward(...)`` (async; TRL runs it on its own persistent event loop
 thread, and the Session and pool are created lazily on the first call in that
 loop and kept) or ``code_reward_sync(...)`` (for callers without a loop: one
 persistent loop thread owns the Session and pool; never ``asyncio.run`` per call).
 Both close at interpreter exit; call ``aclose()`` / ``close()`` to close earlier.
+
+``code_reward`` returns a plain ``async def`` function (carrying ``aclose``,
+``close``, ``calls``, ``last_stats`` and ``handle`` as attributes), not an object
+with an async ``__call__``: TRL before 1.14 detects async rewards with
+``inspect.iscoroutinefunction``, which is False for such an object, and would
+iterate the coroutine instead of awaiting it. Every TRL from 1.0 on awaits a
+function.
 """
 
 from __future__ import annotations
@@ -44,9 +55,9 @@ import asyncio
 import atexit
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .._errors import SandboxError, SandboxValidationError
 from .._log import log
@@ -61,6 +72,7 @@ if TYPE_CHECKING:
     from .._sandbox import Sandbox
 
 __all__ = [
+    "AsyncCodeReward",
     "CodeReward",
     "Extractor",
     "RewardCallStats",
@@ -107,6 +119,7 @@ class _Base:
             lease_timeout_seconds=lease_timeout_seconds,
             python=python,
             verbose=verbose,
+            name=name,
         )
         self._pool_size = pool_size
         self._pool_max_size = pool_max_size if pool_max_size is not None else max(pool_size, limit)
@@ -116,6 +129,7 @@ class _Base:
             "backend_options": backend_options,
             "report_to": report_to,
             "run": run,
+            "metrics_namespace": name,  # two rewards in one trainer never write the same keys
             "handle_signals": False,  # the trainer owns the process's signals
         }
         if isinstance(backend, str) and backend not in BACKENDS:
@@ -151,8 +165,30 @@ class _Base:
         return source
 
 
+class AsyncCodeReward(Protocol):
+    """What ``code_reward`` returns: an ``async def`` function with a few attributes.
+
+    ``calls`` and ``last_stats`` are refreshed when each call returns (or fails);
+    ``handle`` is the ``CodeReward`` behind the function (its session and settings).
+    """
+
+    __name__: str
+    calls: int
+    last_stats: RewardCallStats | None
+    handle: CodeReward
+
+    async def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]: ...
+
+    #: Close the session (stopping every sandbox) on the function's loop. Idempotent.
+    aclose: Callable[[], Awaitable[None]]
+    #: Close from another thread (or atexit); ``close(timeout_seconds)``.
+    close: Callable[..., None]
+
+
 class CodeReward(_Base):
-    """Async reward function (see the module docstring). Create it with ``code_reward``.
+    """The state behind ``code_reward``'s function (see the module docstring); ``as_function()`` makes one.
 
     Bound to the event loop of its first call: the Session and pool live in a task
     on that loop until ``aclose()`` or interpreter exit. Calling it from another
@@ -195,6 +231,28 @@ class CodeReward(_Base):
             raise SandboxValidationError("completions= is required")
         host = await self._ensure_host()
         return await self._core.score(self._source(host), host.session, completions, kwargs)
+
+    def as_function(self) -> AsyncCodeReward:
+        """A plain ``async def`` reward function that scores through this object (what TRL is given)."""
+        handle = self
+
+        async def reward(
+            prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+        ) -> list[float | None]:
+            try:
+                return await handle(prompts, completions, **kwargs)
+            finally:
+                fn.calls, fn.last_stats = handle.calls, handle.last_stats
+
+        reward.__name__ = reward.__qualname__ = self.__name__
+        reward.__doc__ = f"Sandbox reward {self.__name__!r}: 1.0 passed, 0.0 failed, None no code / infra failure."
+        # A function object takes attributes; the Protocol says which (mypy cannot see them set).
+        fn = cast(AsyncCodeReward, reward)
+        fn.handle = self
+        fn.calls, fn.last_stats = self.calls, self.last_stats
+        fn.aclose = self.aclose
+        fn.close = self.close
+        return fn
 
     async def aclose(self) -> None:
         """Close the session (stopping every sandbox) on this loop. Idempotent."""
@@ -291,10 +349,11 @@ def code_reward(
     backend_options: Mapping[str, Any] | None = None,
     report_to: Sequence[str] | None = None,
     run: Any = None,
-) -> CodeReward:
-    """An async TRL reward function that runs each completion's code in a sandbox.
+) -> AsyncCodeReward:
+    """An async TRL reward function (a plain ``async def``) that runs each completion's code in a sandbox.
 
-    ``name`` is what TRL logs (``rewards/<name>/mean``). ``extractor`` maps text to
+    ``name`` is what TRL logs (``rewards/<name>/mean``), what the printed line says and
+    the namespace of its metrics (``cwsandbox/<name>/*``). ``extractor`` maps text to
     code (default: ``<answer>`` tags, then a python fence). ``tests_column`` names the
     dataset column with each row's tests. ``timeout_seconds`` bounds each program;
     ``limit`` how many run at once; ``pool_size`` sandboxes are kept warm
@@ -302,8 +361,10 @@ def code_reward(
     ``max(pool_size, limit)``), and a lease waits at most ``lease_timeout_seconds``.
     ``defaults``, ``backend``, ``backend_options``, ``report_to`` and ``run`` go to the
     ``Session``. Bad settings raise ``SandboxValidationError`` here, not mid-training.
+    The function has ``aclose()`` (on its loop), ``close()`` (from another thread),
+    ``calls``, ``last_stats`` and ``handle`` (see ``AsyncCodeReward``).
     """
-    return CodeReward(**{k: v for k, v in locals().items()})
+    return CodeReward(**{k: v for k, v in locals().items()}).as_function()
 
 
 def code_reward_sync(

@@ -24,6 +24,13 @@ of them, those that fired while the command was starved of CPU), OOM kills
 (``exec_oom_killed``), infrastructure failures, retries, destroyed/live/swept
 sandboxes, pool gauges and warm-hit rate, exec CPU seconds, sandbox-seconds and
 gatherer outcome counts.
+
+``as_dict(namespace="x")`` puts every name under ``cwsandbox/x/`` (one namespace
+per TRL reward function, so two of them never write the same keys). A snapshot
+with ``teardown=True`` (the close flush of a window that did no step's work:
+nothing ran or was leased; sandboxes were stopped, or warmed by a pool refilling
+after the last step) maps to the few ``cwsandbox/[x/]teardown/*`` names that
+describe it, so a step's charts never get a row of zeros after the last step.
 """
 
 from __future__ import annotations
@@ -32,10 +39,37 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["PREFIX", "Distribution", "MetricsSnapshot", "Summary"]
+from .._errors import SandboxValidationError
+
+__all__ = ["PREFIX", "TEARDOWN", "Distribution", "MetricsSnapshot", "Summary", "validate_namespace"]
 
 PREFIX = "cwsandbox/"
+#: The section a teardown-only close flush is logged under (``cwsandbox/[<namespace>/]teardown/``).
+TEARDOWN = "teardown/"
+_TEARDOWN_NAMES = frozenset(
+    {
+        "sandboxes_created",
+        "create_failures",
+        "sandboxes_destroyed",
+        "sandboxes_live",
+        "sandbox_seconds",
+        "orphans_swept",
+        "window_seconds",
+    }
+)
 _UNSAFE = re.compile(r"[^a-z0-9_]+")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+def validate_namespace(namespace: object) -> str | None:
+    """A metrics namespace: None, or 1-64 letters, digits and ``_.-`` (no slash). ``SandboxValidationError`` else."""
+    if namespace is None:
+        return None
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        raise SandboxValidationError(
+            f"metrics namespace must be 1-64 letters, digits or _.- (no slash), got {namespace!r}"
+        )
+    return namespace
 
 
 def _label(name: object) -> str:
@@ -106,6 +140,8 @@ class MetricsSnapshot:
     pool_leased: int
     pool_warming: int
     gather: Mapping[str, int]
+    #: Set on the close flush's copy when the window only stopped sandboxes (see ``only_teardown``).
+    teardown: bool = False
 
     # -- derived ---------------------------------------------------------------
     @property
@@ -147,9 +183,25 @@ class MetricsSnapshot:
             or self.gather
         )
 
+    @property
+    def only_teardown(self) -> bool:
+        """Something happened, but no step's work: nothing ran or was leased, sandboxes were only
+        stopped, swept or warmed (a pool refilling after the last step, then closing)."""
+        return self.has_activity and not (self.executions or self.leases or self.gather)
+
     # -- flat mapping ----------------------------------------------------------
-    def as_dict(self) -> dict[str, int | float]:
-        """The flat ``cwsandbox/<name>`` mapping reporters log (no NaN; absent means not measured)."""
+    def as_dict(self, namespace: str | None = None) -> dict[str, int | float]:
+        """The flat ``cwsandbox/[<namespace>/]<name>`` mapping reporters log (no NaN; absent means not measured).
+
+        With ``teardown`` set, only the teardown names, under ``.../teardown/``.
+        """
+        prefix = PREFIX + (f"{validate_namespace(namespace)}/" if namespace else "")
+        m = self._flat()
+        if self.teardown:
+            return {prefix + TEARDOWN + k: v for k, v in m.items() if k in _TEARDOWN_NAMES or k.startswith("retries")}
+        return {prefix + k: v for k, v in m.items()}
+
+    def _flat(self) -> dict[str, int | float]:
         m: dict[str, int | float] = {
             "sandboxes_created": self.sandboxes_created,
             "executions": self.executions,
@@ -205,7 +257,7 @@ class MetricsSnapshot:
             m["pool_warming"] = self.pool_warming
         for kind, n in self.gather.items():
             m[f"gather_{_label(kind)}"] = m.get(f"gather_{_label(kind)}", 0) + n
-        return {PREFIX + k: v for k, v in m.items()}
+        return m
 
 
 def _percentiles(m: dict[str, int | float], name: str, d: Distribution | None) -> None:

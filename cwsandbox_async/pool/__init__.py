@@ -1,9 +1,10 @@
-"""The sandbox pool: pre-warmed sandboxes leased to rollout coroutines."""
+"""The sandbox pool: pre-warmed sandboxes leased to rollout coroutines (see ``SandboxPool``)."""
 
 from __future__ import annotations
 
 from ._lease import Lease
-from ._pool import ResetHook, SandboxPool
+from ._options import PoolOptions, ResetHook
+from ._pool import SandboxPool
 from ._types import PoolState, PoolStatistics
 
-__all__ = ["Lease", "PoolState", "PoolStatistics", "ResetHook", "SandboxPool"]
+__all__ = ["Lease", "PoolOptions", "PoolState", "PoolStatistics", "ResetHook", "SandboxPool"]

@@ -1,8 +1,8 @@
-"""How a pool creates sandboxes: a token bucket, retries with back-off, and failure streaks."""
+"""How a pool creates one sandbox: paced attempts, retries with back-off, failure streaks and cool-downs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -10,72 +10,58 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from .._errors import SandboxCreationError, SandboxError, SandboxValidationError
 from .._log import log
-from .._ratelimit import TokenBucket
-from .._validate import validate_timeout
+from ._pacing import Pacer
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
-    from .._session import Session
     from .._types import SandboxDefaults
+    from ._options import PoolOptions
 
-__all__ = ["Creator", "count_arg"]
+__all__ = ["Creator", "MakeSandbox"]
 
-
-def count_arg(value: object, what: str, minimum: int) -> int:
-    """An int >= ``minimum`` (bools refused), else ``SandboxValidationError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SandboxValidationError(f"{what} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _seconds(value: object, what: str) -> float:
-    out = validate_timeout(value, what)
-    assert out is not None
-    return out
+#: ``Session.create_sandbox``: one ready sandbox with these defaults, bounded by its create deadline.
+MakeSandbox = Callable[["SandboxDefaults"], Awaitable["Sandbox"]]
 
 
 class Creator:
-    """Creates one sandbox at a time for a pool, however many attempts it takes.
+    """Creates sandboxes for a pool, one ``create()`` per sandbox, however many attempts each takes.
 
-    Each attempt takes a token from the bucket (if a rate is set), then calls
-    ``session.create_sandbox`` (which bounds the attempt by ``create_timeout_seconds``
-    and destroys a half-created sandbox). A ``SandboxError`` is retried up to
-    ``attempts`` times with ``wait_exponential_jitter``; each retry is logged and
-    counted in ``session.metrics.retry("create")``. Validation errors, and any error
-    once ``keep_going()`` is false, are not retried. Cancellation is never retried.
+    Each attempt waits for the pacer's rate limit (if any), then calls ``make(defaults)``
+    (``Session.create_sandbox``: it bounds the attempt by ``create_timeout_seconds`` and
+    destroys a half-created sandbox). A ``SandboxError`` is retried up to
+    ``create_attempts`` times with ``wait_exponential_jitter``; each retry is logged and
+    reported to ``on_retry``. Validation errors, and any error once ``keep_going()`` is
+    false, are not retried; cancellation never is. Any other exception is a bug: it is
+    not counted as a create failure and propagates unchanged (the pool fails with it).
 
-    ``max_failures`` failed attempts in a row make the creator *failing*: it calls
-    ``on_failing()`` after that and every further failed attempt, until one succeeds.
-    A creation that runs out of attempts sets a cool-down (``cooling_until``, doubling
-    per exhausted creation up to ``backoff_max``) that the pool honours before it
-    starts new ones.
+    ``max_consecutive_failures`` failed attempts in a row make the creator *failing*: it
+    calls ``on_failing()`` after that and every further failed attempt, until one
+    succeeds. A creation that runs out of attempts sets a cool-down (``cooling_until``,
+    doubling per exhausted creation up to ``create_backoff_max_seconds``) that the pool
+    honours before it starts new ones.
     """
 
     def __init__(
         self,
-        session: Session,
+        make: MakeSandbox,
         defaults: SandboxDefaults,
+        options: PoolOptions,
+        pacer: Pacer,
         *,
-        rate: float | None,
-        burst: int | None,
-        attempts: int,
-        backoff: float,
-        backoff_max: float,
-        max_failures: int,
         keep_going: Callable[[], bool],
         on_failing: Callable[[], None],
+        on_retry: Callable[[], None],
     ) -> None:
-        if rate is None and burst is not None:
-            raise SandboxValidationError("create_burst needs create_rate")
-        self.bucket = None if rate is None else TokenBucket(rate, burst)
-        self._session = session
+        self._make = make
         self._defaults = defaults
-        self._attempts = count_arg(attempts, "create_attempts", 1)
-        self._backoff = _seconds(backoff, "create_backoff_seconds")
-        self._backoff_max = _seconds(backoff_max, "create_backoff_max_seconds")
-        self._max_failures = count_arg(max_failures, "max_consecutive_failures", 1)
+        self._pacer = pacer
+        self._attempts = options.create_attempts
+        self._backoff = options.create_backoff_seconds
+        self._backoff_max = options.create_backoff_max_seconds
+        self._max_failures = options.max_consecutive_failures
         self._keep_going = keep_going
         self._on_failing = on_failing
+        self._on_retry = on_retry
         self.created = 0
         self.failures = 0
         self.retries = 0
@@ -98,8 +84,11 @@ class Creator:
         err.__cause__ = self.last_error
         return err
 
-    async def create(self) -> Sandbox:
-        """One ready sandbox; raises the last attempt's error when the retries run out."""
+    async def create(self, *, limited: bool) -> Sandbox:
+        """One ready sandbox; raises the last attempt's ``SandboxError`` when the retries run out.
+
+        ``limited``: whether the pacer's cap was what held creation back (see ``Pacer.succeeded``).
+        """
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
             wait=wait_exponential_jitter(multiplier=self._backoff, max=self._backoff_max, jitter=self._backoff),
@@ -111,24 +100,26 @@ class Creator:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt()
-        except Exception as exc:
+                    return await self._attempt(limited)
+        except SandboxError as exc:
             self._exhausted(exc)
             raise
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
-    async def _attempt(self) -> Sandbox:
-        if self.bucket is not None:
-            await self.bucket.acquire()
+    async def _attempt(self, limited: bool) -> Sandbox:
+        await self._pacer.ticket()
+        started = anyio.current_time()
         try:
-            sb = await self._session.create_sandbox(self._defaults)
-        except Exception as exc:
+            sb = await self._make(self._defaults)
+        except SandboxError as exc:
             self.failures += 1
             self.consecutive_failures += 1
             self.last_error = exc
+            self._pacer.failed(started)
             if self.failing:
                 self._on_failing()
             raise
+        self._pacer.succeeded(started, anyio.current_time() - started, limited=limited)
         self.created += 1
         self.consecutive_failures = 0
         self._exhausted_streak = 0
@@ -139,12 +130,12 @@ class Creator:
 
     def _before_retry(self, rs: RetryCallState) -> None:
         self.retries += 1
-        self._session.metrics.retry("create")
+        self._on_retry()
         exc = rs.outcome.exception() if rs.outcome is not None else None
         sleep = rs.next_action.sleep if rs.next_action is not None else 0.0
         log.info("retrying sandbox create", attempt=rs.attempt_number, sleep=round(sleep, 3), error=repr(exc))
 
-    def _exhausted(self, exc: Exception) -> None:
+    def _exhausted(self, exc: SandboxError) -> None:
         if not self._keep_going():
             return
         self._exhausted_streak += 1

@@ -1,11 +1,12 @@
-"""Lease: the async context manager ``SandboxPool.lease()`` returns."""
+"""Lease: the async context manager ``SandboxPool.lease()`` returns, and the narrow interface it leases through."""
 
 from __future__ import annotations
 
-import asyncio
-import time
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -13,56 +14,46 @@ from .._errors import PoolClosedError, PoolError, SandboxTimeoutError
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
-    from ._pool import SandboxPool
 
-__all__ = ["Lease"]
+__all__ = ["Lease", "LeaseSource"]
 
-_monotonic = time.monotonic
-_current_task = asyncio.current_task
+
+class LeaseSource(Protocol):
+    """What a lease needs from its pool (``Handout`` implements it)."""
+
+    async def acquire(self, wait_seconds: float, hold: float | None) -> Sandbox:
+        """A ready sandbox within ``wait_seconds``, fit for a hold of ``hold`` seconds."""
+
+    def holding(self, cut_short: Callable[[], None]) -> object:
+        """The lease's block starts; ``cut_short()`` cancels it (pool closing). Returns a token for ``held``."""
+
+    def held(self, token: object) -> None:
+        """The lease's block ended."""
+
+    async def release(self, sandbox: Sandbox, *, clean: bool) -> None:
+        """Give the sandbox back (``clean``: the block ended without an exception and was not cut short)."""
 
 
 class Lease:
     """``async with pool.lease() as sb``: a ready sandbox for the duration of the block.
 
-    Entering waits for a sandbox (see ``SandboxPool.lease`` for the errors). The pool
-    can cut the block short: at ``hold_timeout_seconds`` (``SandboxTimeoutError``) or
-    when the pool closes after its grace period (``PoolClosedError``). Leaving the
-    block, however it ends, releases the sandbox (shielded when that has to wait). A
-    Lease is entered once; call ``pool.lease()`` for another.
-
-    With a hold timeout the block runs in an anyio cancel scope with that deadline
-    (which the pool also cancels when it closes). Without one, no scope is entered (it
-    would cost about as much as the rest of the lease): a pool closing past its grace
-    period cancels the block's task natively, once, as ``asyncio.timeout`` does, and
-    ``uncancel`` s it on the way out, so a cancellation from anyone else still
-    propagates. Like any native asyncio cancellation it is not held off by an anyio
-    shield inside the block.
+    Entering waits for a sandbox (see ``SandboxPool.lease`` for the errors). The block
+    runs in an anyio cancel scope, which ends it at ``hold_timeout_seconds``
+    (``SandboxTimeoutError``, ``infrastructure=False``) or when the pool closes after its
+    grace period (``PoolClosedError``). Leaving the block, however it ends, releases the
+    sandbox. A Lease is entered once; call ``pool.lease()`` for another.
     """
 
-    __slots__ = (
-        "_cancelled",
-        "_cancelling",
-        "_closed_by_pool",
-        "_entered",
-        "_hold",
-        "_pool",
-        "_sandbox",
-        "_scope",
-        "_task",
-        "_timeout",
-    )
+    __slots__ = ("_cm", "_cut_by_pool", "_hold", "_sandbox", "_scope", "_source", "_timeout")
 
-    def __init__(self, pool: SandboxPool, timeout: float, hold: float | None) -> None:
-        self._pool = pool
+    def __init__(self, source: LeaseSource, timeout: float, hold: float | None) -> None:
+        self._source = source
         self._timeout = timeout
         self._hold = hold
         self._sandbox: Sandbox | None = None
         self._scope: anyio.CancelScope | None = None
-        self._task: asyncio.Task[object] | None = None
-        self._cancelling = 0
-        self._cancelled = False  # the pool cancelled self._task natively
-        self._closed_by_pool = False
-        self._entered = False
+        self._cut_by_pool = False
+        self._cm: contextlib.AbstractAsyncContextManager[Sandbox] | None = None
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -70,71 +61,47 @@ class Lease:
         return self._sandbox
 
     async def __aenter__(self) -> Sandbox:
-        if self._entered:
-            raise PoolError("a lease can be entered once; call pool.lease() again")
-        self._entered = True
-        pool = self._pool
-        start = _monotonic()
-        sb = pool._lease_now()  # an idle sandbox, handed out without waiting
-        if sb is None:
-            sb, warm = await pool._acquire(self._timeout)
-        else:
-            warm = True
-        pool._session.metrics.lease(_monotonic() - start, warm=warm)
-        self._sandbox = sb
-        hold = self._hold
-        if hold is None:
-            task = self._task = _current_task()
-            if task is not None:
-                self._cancelling = task.cancelling()
-        else:
-            scope = self._scope = anyio.CancelScope(deadline=anyio.current_time() + hold)
-            scope.__enter__()
-        pool._leases.add(self)
-        return sb
-
-    def _cancel_for_close(self) -> None:
-        self._closed_by_pool = True
-        if self._scope is not None:
-            self._scope.cancel()
-            return
-        task = self._task
-        # Not the task running this (a lease's own task closing its pool, shielded: nothing to interrupt).
-        if task is not None and not self._cancelled and not task.done() and task is not _current_task():
-            self._cancelled = True
-            task.cancel()
+        if self._cm is not None:
+            raise PoolError("a lease can be entered once; call pool.lease() again", infrastructure=False)
+        self._cm = self._held()
+        return await self._cm.__aenter__()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        sb = self._sandbox
-        assert sb is not None
-        pool = self._pool
-        scope = self._scope
-        cut_short = False
+    ) -> bool | None:
+        assert self._cm is not None, "__aexit__ without __aenter__"
+        return await self._cm.__aexit__(exc_type, exc, tb)
+
+    def _cut_short(self) -> None:
+        self._cut_by_pool = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    @contextlib.asynccontextmanager
+    async def _held(self) -> AsyncIterator[Sandbox]:
+        """The whole lease in one function: acquire, the block in its scope, release, the verdict."""
+        sb = await self._source.acquire(self._timeout, self._hold)
+        self._sandbox = sb
+        deadline = math.inf if self._hold is None else anyio.current_time() + self._hold
+        clean = False
         try:
-            if scope is not None:
-                cut_short = scope.__exit__(exc_type, exc, tb)
-            elif self._cancelled:
-                self._cancelled = False
-                assert self._task is not None
-                cut_short = (
-                    self._task.uncancel() <= self._cancelling
-                    and exc_type is not None
-                    and issubclass(exc_type, asyncio.CancelledError)
-                )
+            with anyio.CancelScope(deadline=deadline) as scope:
+                self._scope = scope
+                token = self._source.holding(self._cut_short)
+                try:
+                    yield sb
+                    clean = not scope.cancel_called
+                finally:
+                    self._source.held(token)
         finally:
-            pool._leases.discard(self)
-            clean = exc_type is None
-            if not pool._release_now(sb, clean):  # most releases are synchronous; the rest await, shielded
-                with pool._session.close_budget.shielded():
-                    await pool._release(sb, clean=clean)
-        if cut_short:
-            if self._closed_by_pool:
-                raise PoolClosedError("the pool closed while this lease was held", sandbox_id=sb.sandbox_id)
+            await self._source.release(sb, clean=clean)
+        if scope.cancelled_caught:
+            if self._cut_by_pool:
+                raise PoolClosedError(
+                    "the pool closed while this lease was held", sandbox_id=sb.sandbox_id, infrastructure=False
+                )
             raise SandboxTimeoutError(
                 f"the lease was held longer than hold_timeout_seconds={self._hold:g}; its sandbox was destroyed",
                 sandbox_id=sb.sandbox_id,
                 infrastructure=False,
             )
-        return False

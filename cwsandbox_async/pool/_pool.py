@@ -1,45 +1,47 @@
-"""SandboxPool: pre-warmed sandboxes leased to coroutine rollouts (public API; internals in ``_pool_core``)."""
+"""SandboxPool: pre-warmed sandboxes leased to coroutine rollouts.
+
+The pool *has* its parts, each an object with a small interface:
+``Ledger`` (where every sandbox is, the waiters, the counters), ``Handout`` (acquire and
+release for a ``Lease``), ``Refill`` + ``Creator`` + ``Pacer`` (creating sandboxes, how
+many at once, how fast), ``Health`` (checks at lease, the idle sweep), ``Disposal``
+(destroying) and ``Background`` (the one task group their background work runs in).
+This module owns the lifecycle (NEW -> OPEN -> [FAILED] -> CLOSING -> CLOSED) and wires
+the parts; none of them reaches into another.
+"""
 
 from __future__ import annotations
 
-import math
 import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
 
-from .._errors import (
-    PoolClosedError,
-    PoolError,
-    PoolTimeoutError,
-    SandboxValidationError,
-)
+from .._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxValidationError
 from .._log import log
-from .._types import SandboxStatus
+from .._session import SessionState
 from .._validate import validate_timeout
-from ._core import PoolCore, ResetHook
-from ._create import count_arg
+from ._background import Background
+from ._closing import wind_down
+from ._create import Creator
+from ._disposal import Disposal
+from ._handout import Handout
+from ._health import Health
 from ._lease import Lease
-from ._types import PoolState, check_transition
+from ._ledger import Ledger
+from ._options import PoolOptions, ResetHook, count_arg, seconds_arg
+from ._pacing import Pacer
+from ._refill import Refill
+from ._types import Lifecycle, PoolState, PoolStatistics, check_transition
 
 if TYPE_CHECKING:
+    from .._sandbox import Sandbox
     from .._session import Session
 
 __all__ = ["ResetHook", "SandboxPool"]
 
-#: How long closing waits for background work (creations, resets, stops) after the grace period.
-CLOSE_TIMEOUT_SECONDS = 60.0
 
-
-def _seconds(value: object, what: str) -> float:
-    out = validate_timeout(value, what)
-    assert out is not None
-    return out
-
-
-class SandboxPool(PoolCore):
+class SandboxPool:
     """Keeps ``size`` sandboxes warm and leases them to rollouts; never more than ``max_size`` alive.
 
     ``async with SandboxPool(session, size=64, max_size=256) as pool:`` starts warming
@@ -51,26 +53,32 @@ class SandboxPool(PoolCore):
       after a lease that ended without an exception, once ``reset(sb)`` succeeded
       (a failing or slow reset, or a dead sandbox, is discarded instead).
     - ``max_size`` (default ``2 * size``, at least 1) caps sandboxes alive, being
-      created and being stopped. ``create_rate``/``create_burst`` add a token bucket
-      on create attempts (retries included).
+      created and being stopped.
+    - Creations are paced by what they cost: at most ``create_concurrency`` at once
+      (default: adaptive, grown while create latency stays near the lowest measured and
+      cut when it climbs or creates fail; ``statistics().create_limit``), and optionally
+      ``create_rate`` per second (burst ``create_burst``). No rate limit by default.
     - A failed create is retried ``create_attempts`` times with exponential back-off
       and jitter (from ``create_backoff_seconds`` up to ``create_backoff_max_seconds``).
       After ``max_consecutive_failures`` failed attempts in a row, waiting leases and
       ``wait_ready`` raise ``SandboxCreationError`` instead of waiting on; the pool
       keeps trying (with a growing cool-down) and recovers on the first success.
     - ``check_on_lease`` asks the backend for the sandbox's status before handing it
-      out (a dead one is discarded and replaced unseen). That is cheap on the bundled
-      backends (in memory on fake and local, the shared watch cache on Kubernetes; an
-      API call only while the watch is down); turn it off for a backend where a status
-      call is slow. ``health_check_interval_seconds`` also sweeps idle sandboxes
-      periodically (``None`` turns the sweep off).
+      out (a dead one is discarded and replaced unseen). ``health_check_interval_seconds``
+      also sweeps idle sandboxes periodically (``None`` turns the sweep off). A lease with
+      a hold timeout sets the sandbox's backend-side lifetime (``Backend.set_lifetime``)
+      to the hold timeout plus ``lifetime_margin_seconds``.
+    - If the pool's background work fails (a bug: an unexpected exception), the pool
+      moves to ``FAILED``: waiting and later leases raise ``PoolError`` chained to it at
+      once, and ``statistics().failure`` holds it. Leases already held keep their sandbox.
     - Closing (leaving the block, ``aclose()``, or leaving the Session) refuses new
       leases, fails waiting ones with ``PoolClosedError``, lets held leases finish for
       ``close_grace_seconds``, then cancels them (their ``async with`` raises
-      ``PoolClosedError``) and destroys every sandbox the pool created.
+      ``PoolClosedError``) and destroys every sandbox the pool created, all within one
+      budget (see ``aclose``).
 
     Other keyword arguments are ``SandboxDefaults`` overrides for the pool's sandboxes.
-    Bad arguments raise ``SandboxValidationError``.
+    Every setting is described in ``PoolOptions``. Bad arguments raise ``SandboxValidationError``.
     """
 
     def __init__(
@@ -82,6 +90,8 @@ class SandboxPool(PoolCore):
         reuse: bool = False,
         reset: ResetHook | None = None,
         reset_timeout_seconds: float = 30.0,
+        create_concurrency: int | None = None,
+        create_latency_tolerance: float = 3.0,
         create_rate: float | None = None,
         create_burst: int | None = None,
         create_attempts: int = 3,
@@ -90,73 +100,136 @@ class SandboxPool(PoolCore):
         max_consecutive_failures: int = 5,
         lease_timeout_seconds: float = 30.0,
         hold_timeout_seconds: float | None = None,
+        lifetime_margin_seconds: float = 60.0,
         check_on_lease: bool = True,
         health_check_interval_seconds: float | None = 30.0,
         close_grace_seconds: float = 10.0,
+        close_timeout_seconds: float | None = None,
         **sandbox_overrides: Any,
     ) -> None:
-        size = count_arg(size, "size", 0)
-        max_size = count_arg(max(2 * size, 1) if max_size is None else max_size, "max_size", 1)
-        if size > max_size:
-            raise SandboxValidationError(f"size ({size}) must not exceed max_size ({max_size})")
-        if not isinstance(reuse, bool):
-            raise SandboxValidationError("reuse must be a bool")
-        if reset is not None and not reuse:
-            raise SandboxValidationError("a reset hook needs reuse=True (without reuse every lease is fresh)")
-        if reset is not None and not callable(reset):
-            raise SandboxValidationError("reset must be an async callable taking the sandbox")
-        super().__init__(
-            session,
-            session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults,
+        opts = self._options = PoolOptions(
             size=size,
             max_size=max_size,
             reuse=reuse,
             reset=reset,
-            reset_timeout=_seconds(reset_timeout_seconds, "reset_timeout_seconds"),
-            check_on_lease=bool(check_on_lease),
-            health_interval=validate_timeout(
-                health_check_interval_seconds, "health_check_interval_seconds", allow_none=True
-            ),
-            creator_options={
-                "rate": create_rate,
-                "burst": create_burst,
-                "attempts": create_attempts,
-                "backoff": create_backoff_seconds,
-                "backoff_max": create_backoff_max_seconds,
-                "max_failures": max_consecutive_failures,
-            },
+            reset_timeout_seconds=reset_timeout_seconds,
+            create_concurrency=create_concurrency,
+            create_latency_tolerance=create_latency_tolerance,
+            create_rate=create_rate,
+            create_burst=create_burst,
+            create_attempts=create_attempts,
+            create_backoff_seconds=create_backoff_seconds,
+            create_backoff_max_seconds=create_backoff_max_seconds,
+            max_consecutive_failures=max_consecutive_failures,
+            lease_timeout_seconds=lease_timeout_seconds,
+            hold_timeout_seconds=hold_timeout_seconds,
+            lifetime_margin_seconds=lifetime_margin_seconds,
+            check_on_lease=check_on_lease,
+            health_check_interval_seconds=health_check_interval_seconds,
+            close_grace_seconds=close_grace_seconds,
+            close_timeout_seconds=close_timeout_seconds,
         )
-        self._lease_timeout = _seconds(lease_timeout_seconds, "lease_timeout_seconds")
-        self._hold_timeout = validate_timeout(hold_timeout_seconds, "hold_timeout_seconds", allow_none=True)
-        if isinstance(close_grace_seconds, bool) or not isinstance(close_grace_seconds, (int, float)):
-            raise SandboxValidationError("close_grace_seconds must be a number of seconds")
-        if not math.isfinite(close_grace_seconds) or close_grace_seconds < 0:
-            raise SandboxValidationError(f"close_grace_seconds must be >= 0, got {close_grace_seconds!r}")
-        self._grace = float(close_grace_seconds)
+        defaults = session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults
+        self._session = session
         self.pool_id = f"pool-{uuid.uuid4().hex[:8]}"
-        self._host_tg: TaskGroup | None = None
-        self._bg_scope: anyio.CancelScope | None = None
-        self._bg_done = anyio.Event()
+        self._life = Lifecycle(self.pool_id)
         self._closed = anyio.Event()
+        self._ledger = Ledger(opts.size, opts.cap, on_change=self._publish)
+        self._background = Background(f"{self.pool_id} background", on_failure=self._fail)
+        self._disposal = Disposal(self._ledger, self._background)
+        self._pacer = Pacer(
+            fixed=opts.create_concurrency,
+            ceiling=opts.cap,
+            tolerance=opts.create_latency_tolerance,
+            rate=opts.create_rate,
+            burst=opts.create_burst_or_default if opts.create_rate is not None else 1,
+        )
+        self._creator = Creator(
+            session.create_sandbox,
+            defaults,
+            opts,
+            self._pacer,
+            keep_going=self._can_create,
+            on_failing=lambda: self._ledger.fail_waiters(self._creator.failing_error),
+            on_retry=lambda: session.metrics.retry("create"),
+        )
+        self._refill = Refill(
+            self._ledger,
+            self._creator,
+            self._pacer,
+            spawn=self._background.spawn,
+            can_create=self._can_create,
+            deliver=self._deliver,
+        )
+        self._health = Health(
+            lambda: session.backend,  # the session may open after the pool is made
+            check_on_lease=opts.check_on_lease,
+            interval=opts.health_check_interval_seconds,
+            lifetime_margin=opts.lifetime_margin_seconds,
+            operation_timeout=defaults.operation_timeout_seconds,
+        )
+        self._handout = Handout(
+            self._ledger,
+            self._health,
+            self._disposal,
+            reuse=opts.reuse,
+            reset=opts.reset,
+            reset_timeout=opts.reset_timeout_seconds,
+            check_open=self._life.check_open,
+            is_open=lambda: self._life.is_open,
+            record=lambda wait, warm: session.metrics.lease(wait, warm=warm),
+            timed_out=self._timed_out,
+        )
 
-    # -- introspection ---------------------------------------------------------
+    # -- introspection ---------------------------------------------------------------
     @property
     def state(self) -> PoolState:
-        return self._state
+        return self._life.state
 
     @property
     def size(self) -> int:
         """Idle sandboxes the pool keeps warm."""
-        return self._size
+        return self._ledger.size
 
     @property
     def max_size(self) -> int:
         """Hard cap on sandboxes alive, being created or being stopped."""
-        return self._max_size
+        return self._ledger.max_size
 
     @property
     def reuse(self) -> bool:
-        return self._reuse
+        return self._options.reuse
+
+    @property
+    def options(self) -> PoolOptions:
+        """The pool's settings as given (``size``/``max_size`` as at creation; see ``resize``)."""
+        return self._options
+
+    def statistics(self) -> PoolStatistics:
+        """A frozen snapshot of the pool's gauges and counters."""
+        ledger, creator = self._ledger, self._creator
+        return PoolStatistics(
+            state=self._life.state,
+            size=ledger.size,
+            max_size=ledger.max_size,
+            idle=len(ledger.idle),
+            leased=len(ledger.out),
+            warming=ledger.warming,
+            waiting=len(ledger.waiters),
+            destroying=ledger.destroying,
+            created=creator.created,
+            destroyed=self._disposal.destroyed,
+            failures=creator.failures,
+            retries=creator.retries,
+            warm_hits=ledger.warm_hits,
+            cold_waits=ledger.cold_waits,
+            timeouts=ledger.timeouts,
+            discarded=ledger.discarded,
+            max_alive=ledger.max_alive,
+            create_limit=self._pacer.limit,
+            create_latency_seconds=self._pacer.latency,
+            failure=self._life.failure,
+        )
 
     def __repr__(self) -> str:
         s = self.statistics()
@@ -165,118 +238,107 @@ class SandboxPool(PoolCore):
             f"idle={s.idle} leased={s.leased} warming={s.warming} waiting={s.waiting}>"
         )
 
-    def _transition(self, target: PoolState) -> None:
-        check_transition(self._state, target)
-        log.debug("pool state", old=self._state.value, new=target.value)
-        self._state = target
+    # -- wiring ------------------------------------------------------------------------
+    def _publish(self) -> None:
+        if self._life.state is not PoolState.CLOSED:
+            ledger = self._ledger
+            self._session.metrics.pool_gauges(
+                idle=len(ledger.idle), leased=len(ledger.out), warming=ledger.warming, pool_id=self.pool_id
+            )
 
-    # -- lifecycle -------------------------------------------------------------
+    def _can_create(self) -> bool:
+        return self._life.state is PoolState.OPEN and self._session.state is SessionState.OPEN
+
+    def _fail(self, exc: BaseException) -> None:
+        """The background failed with ``exc`` (a bug): FAILED, and every waiter gets the error now."""
+        self._life.fail(exc)
+        self._ledger.fail_waiters(self._life.failed_error)
+
+    def _deliver(self, sb: Sandbox) -> None:
+        if not (self._life.state is PoolState.OPEN and self._ledger.place(sb)):
+            self._disposal.discard_soon(sb)
+
+    def _drop_idle(self, sb: Sandbox) -> None:
+        """The sweep found an idle sandbox dead: discard it if it is still idle."""
+        if self._ledger.remove_idle(sb):
+            log.info("discarding a dead idle sandbox", sandbox_id=sb.sandbox_id)
+            self._disposal.discard_soon(sb)
+
+    def _timed_out(self, timeout: float) -> PoolTimeoutError:
+        s = self.statistics()
+        err = PoolTimeoutError(
+            f"no sandbox could be leased within {timeout:g} s (idle={s.idle}, leased={s.leased}, "
+            f"warming={s.warming}, waiting={s.waiting}, max_size={s.max_size})"
+        )
+        err.__cause__ = self._creator.last_error if self._creator.consecutive_failures else None
+        err.__suppress_context__ = True  # as ``raise err from cause``
+        return err
+
+    # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> SandboxPool:
-        from .._session import SessionState
-
-        check_transition(self._state, PoolState.OPEN)
+        check_transition(self._life.state, PoolState.OPEN)
         if self._session.state is not SessionState.OPEN:
-            raise PoolError("the session is not open; open it first ('async with Session(...)')")
-        self._host_tg = anyio.create_task_group()
-        await self._host_tg.__aenter__()
-        await self._host_tg.start(self._run)
+            raise PoolError("the session is not open; open it first ('async with Session(...)')", infrastructure=False)
+        self._life.to(PoolState.OPEN)  # first: a background that fails at once finds the pool open, and fails it
         self._session.add_closer(self.aclose)
-        self._transition(PoolState.OPEN)
-        log.debug("pool opened", size=self._size, max_size=self._max_size, reuse=self._reuse)
-        self._update()
+        daemons = [self._refill.run]
+        if self._health.interval is not None:
+            daemons.append(self._sweep)
+        await self._background.start(*daemons)
+        opts = self._options
+        log.debug("pool opened", pool_id=self.pool_id, size=opts.size, max_size=opts.cap, reuse=opts.reuse)
+        self._ledger.notify()
         return self
+
+    async def _sweep(self) -> None:
+        await self._health.sweep(lambda: list(self._ledger.idle), self._drop_idle)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            await self.aclose()
-        finally:
-            tg, self._host_tg = self._host_tg, None
-            if tg is not None:  # its only child (_run) has ended; this returns at once
-                await tg.__aexit__(None, None, None)
-
-    async def _run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Host of the pool's background tasks: creations, destroys, resets, the health sweep."""
-        try:
-            with anyio.CancelScope() as scope:
-                self._bg_scope = scope
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    task_status.started()
-                    if self._health_interval is not None:
-                        tg.start_soon(self._health_loop, name="pool health sweep")
-                    await anyio.sleep_forever()
-        except Exception as exc:  # a bug; logged rather than cancelling the code using the pool
-            log.error("pool background tasks failed", error=repr(exc))
-        finally:
-            self._tg = None
-            self._bg_done.set()
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop leasing, let leases finish (``close_grace_seconds``), cancel the rest, destroy everything.
 
         Idempotent, and safe to call from any task: a second caller waits for the first.
-        Runs shielded from cancellation, bounded by the grace period plus
-        ``CLOSE_TIMEOUT_SECONDS``. Never raises for a sandbox that fails to stop (that is logged).
+        Shielded from cancellation, within one budget (``close_timeout_seconds``, see
+        ``PoolOptions``) that never outlives the session's close or the caller's deadline.
+        Never raises for a sandbox that fails to stop (``Sandbox.stop`` logs it); what the
+        budget did not cover is left to the Session, which stops every sandbox it created.
         """
-        if self._state is PoolState.NEW:
-            self._transition(PoolState.CLOSED)
+        if self._life.state is PoolState.NEW:
+            self._life.to(PoolState.CLOSED)
             self._closed.set()
             return
-        if self._state is not PoolState.OPEN:
-            with self._session.close_budget.shielded(self._grace + CLOSE_TIMEOUT_SECONDS):
-                await self._closed.wait()
+        if self._life.state in (PoolState.CLOSING, PoolState.CLOSED):
+            await self._closed.wait()
             return
-        self._transition(PoolState.CLOSING)
+        self._life.to(PoolState.CLOSING)
         self._session.remove_closer(self.aclose)
-        self._fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool"))
-        self._update()
-        with self._session.close_budget.shielded():
-            try:
-                with anyio.move_on_after(self._grace):
-                    await self._until(lambda: not self._leases)
-                for lease in list(self._leases):
-                    lease._cancel_for_close()
-                with anyio.move_on_after(self._session.timeouts.stop_seconds) as scope:
-                    await self._until(lambda: not self._leases)
-                if scope.cancelled_caught:
-                    log.warning("leases ignored the pool closing; destroying their sandboxes", leases=len(self._leases))
-                if self._bg_scope is not None:
-                    self._bg_scope.cancel()
-                with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
-                    await self._bg_done.wait()
-                if scope.cancelled_caught:
-                    log.warning("pool background tasks did not end in time")
-                await self._destroy_remaining()
-            finally:
-                # The session's close budget may end this block at any await: the pool is closed anyway,
-                # its background tasks cancelled, and what was not destroyed is left to the session.
-                if self._bg_scope is not None:
-                    self._bg_scope.cancel()
-                self._transition(PoolState.CLOSED)
-                self._closed.set()
-                self._update()
-                self._session.metrics.pool_closed(self.pool_id)
-        log.debug("pool closed", created=self._creator.created, destroyed=self._destroyed)
+        self._ledger.fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool", infrastructure=False))
+        opts = self._options
+        parts = (self._ledger, self._handout, self._disposal, self._background)
+        seconds = opts.close_timeout_seconds or self._session.timeouts.close_seconds
+        try:
+            if not await wind_down(
+                *parts, budget=self._session.close_budget, grace=opts.close_grace_seconds, seconds=seconds
+            ):
+                log.warning("pool close ran out of its budget", pool=repr(self))
+        finally:  # reached however the close ends (a bug in it included): the pool is closed
+            self._life.to(PoolState.CLOSED)
+            self._closed.set()
+            self._session.metrics.pool_closed(self.pool_id)
+        log.debug("pool closed", pool_id=self.pool_id, created=self._creator.created)
 
-    async def _destroy_remaining(self) -> None:
-        while self._idle or self._out:
-            victims = [*self._idle, *self._out]
-            self._idle.clear()
-            self._out.clear()
-            self._destroying += len(victims)
-            async with anyio.create_task_group() as tg:
-                for sb in victims:
-                    tg.start_soon(self._destroy, sb)
-
-    # -- leasing -----------------------------------------------------------------
+    # -- leasing -----------------------------------------------------------------------
     def lease(self, timeout_seconds: float | None = None, *, hold_timeout_seconds: float | None = None) -> Lease:
         """``async with pool.lease() as sb:`` a ready sandbox, released when the block exits.
 
         Waits at most ``timeout_seconds`` (default ``lease_timeout_seconds``) for a
-        sandbox, then raises ``PoolTimeoutError``. Raises ``PoolClosedError`` if the pool
-        is closed or closes while waiting, and ``SandboxCreationError`` if the pool
+        sandbox, then raises ``PoolTimeoutError``. Raises ``PoolError`` (not open, or
+        failed: chained to the failure) and ``PoolClosedError`` (closed, or closing while
+        waiting), both ``infrastructure=False``, and ``SandboxCreationError`` if the pool
         cannot create sandboxes (see ``max_consecutive_failures``).
 
         The block is bounded by ``hold_timeout_seconds`` (default: the pool's, None =
@@ -286,30 +348,33 @@ class SandboxPool(PoolCore):
         (an ART rollout coroutine, say). However the block ends (return, exception,
         cancellation), the sandbox is released: destroyed and replaced by default,
         returned to the pool with ``reuse=True`` only after a clean exit and reset.
-        A block with a hold timeout runs in an anyio cancel scope; one without is cut
-        short at close by a native cancellation of its task (see ``Lease``).
         """
-        timeout = self._lease_timeout if timeout_seconds is None else _seconds(timeout_seconds, "timeout_seconds")
-        if hold_timeout_seconds is None:
-            return Lease(self, timeout, self._hold_timeout)
-        return Lease(self, timeout, validate_timeout(hold_timeout_seconds, "hold_timeout_seconds"))
+        opts = self._options
+        timeout = (
+            opts.lease_timeout_seconds if timeout_seconds is None else seconds_arg(timeout_seconds, "timeout_seconds")
+        )
+        hold = (
+            opts.hold_timeout_seconds
+            if hold_timeout_seconds is None
+            else seconds_arg(hold_timeout_seconds, "hold_timeout_seconds")
+        )
+        return Lease(self._handout, timeout, hold)
 
-    # -- sizing ------------------------------------------------------------------
+    # -- sizing ------------------------------------------------------------------------
     async def wait_ready(self, timeout_seconds: float | None = None) -> None:
         """Wait until the idle target is met (``size`` idle, or as many as ``max_size`` leaves room for).
 
         Raises ``SandboxCreationError`` if the pool is failing to create sandboxes,
         ``PoolTimeoutError`` after ``timeout_seconds`` (None: no deadline of its own;
-        every create attempt has one), ``PoolClosedError`` if the pool closes.
+        every create attempt has one), ``PoolClosedError``/``PoolError`` as ``lease`` does.
         """
         timeout = validate_timeout(timeout_seconds, "timeout_seconds", allow_none=True)
-        self._check_can_lease()
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
+        self._life.check_open()
+        with anyio.move_on_after(float("inf") if timeout is None else timeout):
             while True:
-                changed = self._change()
-                self._check_can_lease()
-                room = self._max_size - len(self._out) - self._destroying
-                if len(self._idle) >= min(self._size, room):
+                changed = self._ledger.changed()
+                self._life.check_open()
+                if self._ledger.idle_target_met():
                     return
                 if self._creator.failing:
                     raise self._creator.failing_error()
@@ -322,17 +387,14 @@ class SandboxPool(PoolCore):
         once they are gone. Leased sandboxes are never taken back: lowering ``max_size``
         below what is alive only stops creation until enough are released.
         """
-        self._check_can_lease()
-        new_max = self._max_size if max_size is None else count_arg(max_size, "max_size", 1)
+        self._life.check_open()
+        new_max = self._ledger.max_size if max_size is None else count_arg(max_size, "max_size", 1)
         new_size = count_arg(size, "size", 0)
         if new_size > new_max:
             raise SandboxValidationError(f"size ({new_size}) must not exceed max_size ({new_max})")
-        self._size, self._max_size = new_size, new_max
-        surplus = max(len(self._idle) - new_size, min(len(self._idle), self._alive() - new_max))
-        trimmed = [self._idle.popleft() for _ in range(max(0, surplus))]  # oldest first
-        for sb in trimmed:
-            self._discard_soon(sb)
-        self._update()
-        log.info("pool resized", size=new_size, max_size=new_max, trimmed=len(trimmed))
-        with anyio.move_on_after(2 * self._session.timeouts.stop_seconds):
-            await self._until(lambda: all(sb.status is SandboxStatus.COMPLETED for sb in trimmed))
+        self._ledger.size, self._ledger.max_size = new_size, new_max
+        self._pacer.set_ceiling(new_max)
+        trimmed = self._ledger.trim_idle()
+        self._ledger.notify()
+        log.info("pool resized", pool_id=self.pool_id, size=new_size, max_size=new_max, trimmed=len(trimmed))
+        await self._disposal.destroy_all(trimmed)

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._log import log
-from ..metrics._snapshot import PREFIX
+from ..metrics._snapshot import PREFIX, validate_namespace
 
 if TYPE_CHECKING:
     from ..metrics._snapshot import MetricsSnapshot
@@ -36,12 +36,15 @@ class WandbReporter:
     or wandb was never imported. A finished run is unavailable: the window is
     kept and ``Session.snapshot()`` still shows it. With ``warn_without_run`` (the
     user asked for W&B by name) a missing run is logged once as a warning.
+    ``namespace`` puts every name under ``cwsandbox/<namespace>/`` (the step stays
+    ``cwsandbox/step``), so several sessions can share one run.
     """
 
     name = "wandb"
 
-    def __init__(self, run: Any = None, *, warn_without_run: bool = False) -> None:
+    def __init__(self, run: Any = None, *, warn_without_run: bool = False, namespace: str | None = None) -> None:
         self._run = run
+        self.namespace = validate_namespace(namespace)
         self._warn = warn_without_run
         self._declared: Any = None  # the run define_metric was sent to
 
@@ -74,4 +77,4 @@ class WandbReporter:
             run.define_metric(STEP_METRIC)
             run.define_metric(PREFIX + "*", step_metric=STEP_METRIC)
             self._declared = run
-        run.log({STEP_METRIC: step, **snapshot.as_dict()})
+        run.log({STEP_METRIC: step, **snapshot.as_dict(self.namespace)})

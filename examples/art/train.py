@@ -138,6 +138,7 @@ async def validate(args: argparse.Namespace, problems: list[Problem]) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # ART installs weave: wandb.init may prompt for its key
     print("ART Training with cwsandbox_async sandboxes")
     print("=" * 44)
     for label, value in [
@@ -172,7 +173,7 @@ async def main(args: argparse.Namespace) -> int:
         else:
             client = model.openai_client()
         policies = openai_policies(client, args.model or model.get_inference_name())
-        run = wandb_run(model)  # ART's W&B run (None unless ART logs to W&B): sandbox metrics go next to ART's
+        run = wandb_run(model)  # ART's W&B run (None when W&B is off; raises if W&B is wanted but unusable)
 
     config = RolloutConfig(max_turns=args.max_turns)
     concurrent = len(problems) * args.trajectories_per_problem
@@ -201,13 +202,14 @@ async def main(args: argparse.Namespace) -> int:
                 for g in groups:
                     ordered = sorted(g.trajectories, key=lambda t: t.metadata.get("trajectory", 0))
                     print(f"  {ordered[0].metadata['task_id']}: rewards {[t.reward for t in ordered]}")
-                session.log_metrics(step=step)  # this step's sandbox metrics (W&B: cwsandbox/*)
                 if model is None:
+                    session.log_metrics(step=step + 1)  # the step these rollouts would train into
                     print("Training skipped (scripted policy)")
                     continue
                 print("Training...")
                 result = await backend.train(model, groups, learning_rate=args.learning_rate)
                 await model.log(groups, metrics=result.metrics, step=result.step, split="train")
+                session.log_metrics(step=result.step)  # this step's sandbox metrics, at the step ART logs the groups
                 print(f"Training complete: step={result.step}")
     finally:
         if backend is not None:

@@ -18,7 +18,6 @@ that die while idle; destroys that are lost, fail or hang):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -34,7 +33,9 @@ from cwsandbox_async import (
 )
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
 
-from .conftest import TIMEOUTS, alive_ids, check_outcomes, tasks_now
+from .conftest import TIMEOUTS, alive_ids, check_outcomes, tasks_now, virtual_time
+
+anyio_backend = pytest.fixture(virtual_time)
 
 SEEDS = range(20)
 #: Everything that can go wrong, at once (probabilities per operation).
@@ -113,14 +114,14 @@ async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_noth
                 # 2. creation fails outright: once idle sandboxes are used up, leases fail fast
                 be.faults = Faults(create_failure=1.0)
                 keys = list(range(100, 140))
-                start = time.monotonic()
+                start = anyio.current_time()
                 outcomes = await gather({i: rollout(pool, i) for i in keys}, limit=16)
                 counts = check_outcomes(outcomes, keys)
                 assert counts.get("SandboxCreationError", 0) > 0, counts
                 assert all(o.duration < LEASE_TIMEOUT for o in outcomes if isinstance(o.error, SandboxCreationError)), (
                     "a failing pool made leases wait out their deadline"
                 )
-                assert time.monotonic() - start < ROLLOUT_BOUND
+                assert anyio.current_time() - start < ROLLOUT_BOUND
 
                 # 3. the platform heals: the pool refills to its target and every rollout succeeds
                 be.faults = Faults()
@@ -136,8 +137,8 @@ async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_noth
                 outcomes = await gather({i: rollout(pool, i) for i in keys}, limit=16)
                 check_outcomes(outcomes, keys, expect_ok=True)
                 be.faults = ALL_FAULTS  # shutdown meets faulty destroys too
-            closed_at = time.monotonic()
-        assert time.monotonic() - closed_at < 15, "closing the session took too long"
+            closed_at = anyio.current_time()
+        assert anyio.current_time() - closed_at < 15, "closing the session took too long"
 
     # 4. leaks: exactly the sandboxes whose destroy was dropped are alive, and a sweep finds them
     assert alive_ids(be) == be.lost

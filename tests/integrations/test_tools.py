@@ -23,7 +23,6 @@ from cwsandbox_async.integrations.art import (
     sandbox_rollout,
     to_responses_format,
     tool_message,
-    wandb_run,
 )
 from cwsandbox_async.testing import Faults
 
@@ -145,25 +144,6 @@ async def test_rollout_releases_on_return_error_deadline_and_cancel() -> None:
 
 
 # -- ART glue without ART --------------------------------------------------------------
-
-
-def test_wandb_run_follows_arts_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    run = object()
-
-    class Model:
-        def __init__(self, report_metrics: list[str] | None) -> None:
-            self.report_metrics = report_metrics
-
-        def _get_wandb_run(self) -> object:
-            return run
-
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    assert wandb_run(Model(None)) is None
-    assert wandb_run(Model(["wandb"])) is run
-    assert wandb_run(Model([])) is None
-    monkeypatch.setenv("WANDB_API_KEY", "x")
-    assert wandb_run(Model(None)) is run
-    assert wandb_run(object()) is None
 
 
 def test_integrations_import_no_trainer_packages() -> None:

@@ -7,6 +7,7 @@ asyncio threads and duck-typed objects.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import subprocess
 import sys
 import threading
@@ -81,18 +82,18 @@ async def test_async_reward_scores_logs_and_closes(backend_name: str, capsys: py
                 log_metric=lambda k, v: metrics.setdefault(k, []).append(v),
             )
             assert rewards == [1.0, None, 0.0, 1.0]
-        session = reward._host.session if reward._host else None
+        session = reward.handle._host.session if reward.handle._host else None
         assert session is not None and session.state.value == "open"
     finally:
         await reward.aclose()
     out = capsys.readouterr().out
     for n in (1, 2, 3):
-        assert f"[CWSandbox] Reward call {n}: 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
+        assert f"[CWSandbox] Reward call {n} (sandbox_tests): 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
     assert reward.calls == 3 and reward.last_stats is not None and reward.last_stats.step == 1
-    assert metrics["cwsandbox/reward/pass_rate"] == pytest.approx([2 / 3] * 3)
-    assert metrics["cwsandbox/reward/no_code_fraction"] == [0.25] * 3
+    assert metrics["cwsandbox/sandbox_tests/pass_rate"] == pytest.approx([2 / 3] * 3)
+    assert metrics["cwsandbox/sandbox_tests/no_code_fraction"] == [0.25] * 3
     # one flush per training step (the second call at step 0 folds into the next), the rest at close
-    assert reporter.steps[:2] == [0, 1]
+    assert reporter.steps[:2] == [1, 2]  # global_step 0 is step 1's rewards (TRL logs them at train/global_step 1)
     assert sum(reporter.executions) >= 9
     assert await leftovers(backend_name, backend, tag) == 0
     await reward.aclose()  # idempotent
@@ -152,8 +153,8 @@ def test_async_reward_on_a_trl_style_loop_thread() -> None:
                 reward(prompts=["p"] * 2, completions=COMPLETIONS[:2], trainer_state=TrainerState(step)), loop
             )
             assert fut.result(timeout=30) == [1.0, None]
-            assert reward._host is not None
-            sessions.append(reward._host.session)
+            assert reward.handle._host is not None
+            sessions.append(reward.handle._host.session)
         assert sessions[0] is sessions[1] is sessions[2]  # kept across calls, not one per call
         assert backend.live >= 1  # the pool keeps sandboxes warm between steps
         reward.close()  # from the main thread, as atexit would
@@ -201,7 +202,7 @@ def test_sync_reward_runs_on_one_persistent_loop(backend_name: str, capsys: pyte
     assert bridge.closed and bridge.host.session is None
     out = capsys.readouterr().out
     for n in (1, 2, 3, 4):
-        assert f"[CWSandbox] Reward call {n}: 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
+        assert f"[CWSandbox] Reward call {n} (sandbox_reward): 3 sandboxes, 2/3 passed, 1 skipped (no code)" in out
     assert anyio.run(leftovers, backend_name, backend, tag) == 0
     assert loop_threads() == 0  # close() joined it
 
@@ -222,6 +223,15 @@ def test_sync_reward_closes_at_interpreter_exit() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "[0.0]" in proc.stdout  # `true` exits 0 without running the harness: not a pass
     assert "live at exit 0 created" in proc.stdout
+
+
+def test_async_reward_is_a_coroutine_function_for_every_trl() -> None:
+    """TRL < 1.14 awaits a reward only if ``inspect.iscoroutinefunction(f)``; TRL >= 1.14 also looks at __call__."""
+    reward = code_reward(name="unit_tests", pool_size=0, backend=fake())
+    assert inspect.iscoroutinefunction(reward)  # what TRL 1.0-1.13 checks
+    assert reward.__name__ == "unit_tests"  # what TRL names rewards/<name>/mean after
+    sync = code_reward_sync(pool_size=0, backend=fake())
+    assert not inspect.iscoroutinefunction(sync) and not inspect.iscoroutinefunction(sync.__call__)
 
 
 def test_reward_rejects_bad_settings_early() -> None:

@@ -1,0 +1,166 @@
+"""The clients bench_coreweave compares, each run in its own process (so getrusage sees only it).
+
+    python -m benchmarks._coreweave_clients {ours,ours-stream,bare,sdk} URL N_SANDBOXES EXECS_EACH
+    python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
+
+The first form prints ``{"cpu_seconds", "wall_seconds", "execs"}``: client CPU (user +
+system, every thread of this process) spent on ``EXECS_EACH`` sequential execs of
+``true`` in each of N sandboxes at once, after the sandboxes are running and warmed up.
+The second starts a test server in this process and prints the calls it received per
+method during one lifecycle (create, ready, exec, write, read, destroy) of N sandboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def ours(url: str, n: int, each: int, exec_rpc: str) -> dict[str, float]:
+    import cwsandbox_async as cwa
+
+    options = {"base_url": url, "exec_rpc": exec_rpc}
+    async with cwa.Session(cwa.SandboxDefaults(tags=("bench",)), backend="coreweave", backend_options=options) as s:
+        sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
+
+        async def run(sb: Any, k: int) -> None:
+            for _ in range(k):
+                r = await sb.exec(["true"])
+                assert r.returncode == 0
+
+        await asyncio.gather(*(run(sb, 3) for sb in sandboxes))  # warm-up
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(run(sb, each) for sb in sandboxes))
+        c1, t1 = cpu(), time.perf_counter()
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+
+
+async def bare(url: str, n: int, each: int) -> dict[str, float]:
+    """Diagnostic: this library's channel sending the SDK's exec (argv ``true``, no wrapper), so the server
+    does the same work per exec as for the SDK; the difference to ``ours`` is the wrapper's server-side time."""
+    from cwsandbox._proto import sandbox_pb2 as pb
+
+    import cwsandbox_async as cwa
+
+    async with cwa.Session(
+        cwa.SandboxDefaults(tags=("bench",)), backend="coreweave", backend_options={"base_url": url}
+    ) as s:
+        sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
+        backend: Any = s.backend
+        channel = backend.channel
+        ids = [backend._ids[sb.sandbox_id] for sb in sandboxes]
+
+        async def run(service_id: str, k: int) -> None:
+            for _ in range(k):
+                r = await channel.unary(
+                    "Exec", pb.ExecRequest(sandbox_id=service_id, command=["true"]), idempotent=False
+                )
+                assert r.exit_code == 0
+
+        await asyncio.gather(*(run(i, 3) for i in ids))
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(run(i, each) for i in ids))
+        c1, t1 = cpu(), time.perf_counter()
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+
+
+async def sdk(url: str, n: int, each: int) -> dict[str, float]:
+    os.environ.update(CWSANDBOX_BASE_URL=url, CWSANDBOX_API_KEY="bench", CWSANDBOX_DISABLE_SIGNAL_HANDLERS="1")
+    from cwsandbox import SandboxDefaults, Session
+
+    async with Session(SandboxDefaults(container_image="python:3.11", tags=("bench",)), report_to=[]) as s:
+        sandboxes = [s.sandbox() for _ in range(n)]
+        await asyncio.gather(*(sb for sb in sandboxes))  # start and wait for RUNNING
+
+        async def run(sb: Any, k: int) -> None:
+            for _ in range(k):
+                r = await sb.exec(["true"], timeout_seconds=60)
+                assert r.returncode == 0
+
+        await asyncio.gather(*(run(sb, 3) for sb in sandboxes))
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(run(sb, each) for sb in sandboxes))
+        c1, t1 = cpu(), time.perf_counter()
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+
+
+def _server(start_delay: float) -> Any:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from coreweave.server import CoreWeaveTestServer
+
+    server = CoreWeaveTestServer()
+    server.service.faults.start_delay = start_delay
+    return server
+
+
+async def calls_ours(n: int, start_delay: float) -> dict[str, int]:
+    import cwsandbox_async as cwa
+
+    async with _server(start_delay) as server:
+        async with cwa.Session(backend="coreweave", backend_options={"base_url": server.url}) as s:
+            await s.list(["warm-up"])
+            server.service.requests.clear()
+
+            async def one() -> None:
+                sb = await s.sandbox()  # create + ready
+                await sb.exec(["true"])
+                await sb.write_file("/workspace/f.txt", b"x" * 1000)
+                assert await sb.read_file("/workspace/f.txt") == b"x" * 1000
+                await sb.stop()
+
+            await asyncio.gather(*(one() for _ in range(n)))
+        return dict(Counter(r.method for r in server.service.requests if "." not in r.method))
+
+
+async def calls_sdk(n: int, start_delay: float) -> dict[str, int]:
+    async with _server(start_delay) as server:
+        os.environ.update(CWSANDBOX_BASE_URL=server.url, CWSANDBOX_API_KEY="b", CWSANDBOX_DISABLE_SIGNAL_HANDLERS="1")
+        from cwsandbox import SandboxDefaults, Session
+
+        async with Session(SandboxDefaults(container_image="python:3.11"), report_to=[]) as s:
+
+            async def one() -> None:
+                sb = s.sandbox()
+                await sb  # create + ready
+                await sb.exec(["true"], timeout_seconds=60)
+                await sb.write_file("/workspace/f.txt", b"x" * 1000)
+                assert await sb.read_file("/workspace/f.txt") == b"x" * 1000
+                await sb.stop()
+
+            await asyncio.gather(*(one() for _ in range(n)))
+        return dict(Counter(r.method for r in server.service.requests if "." not in r.method))
+
+
+def main() -> None:
+    mode, *args = sys.argv[1:]
+    if mode in ("ours", "ours-stream"):
+        out: Any = asyncio.run(ours(args[0], int(args[1]), int(args[2]), "stream" if mode == "ours-stream" else "auto"))
+    elif mode == "bare":
+        out = asyncio.run(bare(args[0], int(args[1]), int(args[2])))
+    elif mode == "sdk":
+        out = asyncio.run(sdk(args[0], int(args[1]), int(args[2])))
+    elif mode == "calls-ours":
+        out = asyncio.run(calls_ours(int(args[0]), float(args[1])))
+    elif mode == "calls-sdk":
+        out = asyncio.run(calls_sdk(int(args[0]), float(args[1])))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

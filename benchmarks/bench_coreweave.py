@@ -1,0 +1,172 @@
+"""The CoreWeave backend against the test server, next to the unmodified ``cwsandbox`` SDK in the same run.
+
+The test server (tests/coreweave/server.py) runs in its own process on 127.0.0.1 and
+serves the real protocol over real local sandboxes; every client runs in a process of
+its own (``benchmarks/_coreweave_clients.py``), so ``getrusage`` counts only that
+client (user + system CPU, all its threads: the SDK's loop thread and grpc's poller).
+
+1. Client CPU per exec of ``true``: 192 execs over 8 sandboxes (24 sequential execs in
+   each, the 8 at once), after start-up and a warm-up. This library on its default path
+   (unary ``Exec``) and forced onto ``StreamExec``, against the SDK (``await sb.exec``,
+   its ``StreamExec``). Rounds alternate between the clients; the figures are medians.
+   Target: this library <= 0.5x the SDK. A diagnostic row ("bare") sends the SDK's exec
+   (argv ``true``, without this library's in-sandbox wrapper) through this library's
+   channel, so the server does the same work as for the SDK: client CPU grows with the
+   server's latency (fewer completions share a wake-up), and the wrapper's ``sh`` and
+   ``timeout`` processes add latency, more so on a loaded machine.
+2. API calls per sandbox lifecycle (create, ready, exec, write, read, destroy) of 8
+   sandboxes at once with a 1 s start (CREATING -> RUNNING), counted by the server:
+   this library (readiness from one ListSandboxes per round for all) against the SDK
+   (GetSandbox polling per sandbox, and polling after its delete).
+
+Writes benchmarks/out/coreweave.json and benchmarks/img/coreweave.png.
+
+    python -m benchmarks.bench_coreweave [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import parse_args, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENTS = ("ours", "ours-stream", "bare", "sdk")
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); from coreweave.server import main; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):
+        proc.kill()
+        raise SystemExit("the test server did not start")
+    return proc, url
+
+
+def client(*args: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks._coreweave_clients", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"client {args[0]} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def cpu_per_exec(url: str, rounds: int, sandboxes: int, each: int) -> dict[str, Any]:
+    samples: dict[str, list[float]] = {c: [] for c in CLIENTS}
+    walls: dict[str, list[float]] = {c: [] for c in CLIENTS}
+    for _ in range(rounds):
+        for name in CLIENTS:
+            r = client(name, url, str(sandboxes), str(each))
+            samples[name].append(r["cpu_seconds"] / r["execs"] * 1e3)
+            walls[name].append(r["wall_seconds"] / each * 1e3)
+    med = {c: statistics.median(v) for c, v in samples.items()}
+    return {
+        "execs_per_round": sandboxes * each,
+        "rounds": rounds,
+        "cpu_ms_per_exec": med,
+        "cpu_ms_samples": samples,
+        "wall_ms_per_sequential_exec": {c: statistics.median(v) for c, v in walls.items()},
+        "ratio_ours_to_sdk": med["ours"] / med["sdk"],
+        "ratio_stream_to_sdk": med["ours-stream"] / med["sdk"],
+        "ratio_unary_to_stream": med["ours"] / med["ours-stream"],
+        "ratio_bare_to_sdk": med["bare"] / med["sdk"],
+    }
+
+
+def lifecycle_calls(sandboxes: int, start_delay: float) -> dict[str, Any]:
+    ours = client("calls-ours", str(sandboxes), str(start_delay))
+    sdk = client("calls-sdk", str(sandboxes), str(start_delay))
+    return {
+        "sandboxes": sandboxes,
+        "start_delay_seconds": start_delay,
+        "ours_per_sandbox": {k: v / sandboxes for k, v in sorted(ours.items())},
+        "sdk_per_sandbox": {k: v / sandboxes for k, v in sorted(sdk.items())},
+        "ours_total_per_sandbox": sum(ours.values()) / sandboxes,
+        "sdk_total_per_sandbox": sum(sdk.values()) / sandboxes,
+    }
+
+
+def chart(data: dict[str, Any]) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    cpu = data["cpu"]["cpu_ms_per_exec"]
+    labels = ["ours\n(unary Exec)", "ours\n(StreamExec)", "ours, no\nwrapper", "cwsandbox\nSDK"]
+    a.bar(labels, [cpu[c] for c in CLIENTS], color=["C0", "C0", "C7", "C3"])
+    a.axhline(cpu["sdk"] * 0.5, color="k", linestyle="--", linewidth=1, label="target: 0.5x SDK")
+    a.legend(fontsize=8)
+    a.set_ylabel("client CPU per exec of `true` (ms)")
+    a.set_title(f"192 execs over 8 sandboxes (median of {data['cpu']['rounds']})")
+    calls = data["calls"]
+    a_ours, a_sdk = calls["ours_per_sandbox"], calls["sdk_per_sandbox"]
+    methods = sorted(set(a_ours) | set(a_sdk))
+    bottom_o = bottom_s = 0.0
+    for m in methods:
+        o, s = a_ours.get(m, 0.0), a_sdk.get(m, 0.0)
+        b.bar(["cwsandbox_async", "cwsandbox SDK"], [o, s], bottom=[bottom_o, bottom_s], label=m)
+        bottom_o, bottom_s = bottom_o + o, bottom_s + s
+    b.set_ylabel("API calls per sandbox lifecycle")
+    b.set_title(f"create..destroy, {calls['sandboxes']} at once, {calls['start_delay_seconds']:g} s start")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    path = ROOT / "benchmarks" / "img" / "coreweave.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0] if __doc__ else "")
+    rounds = 1 if args.quick else 5
+    server, url = start_server()
+    try:
+        cpu = cpu_per_exec(url, rounds, 8, 24)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=60)
+    calls = lifecycle_calls(8, 1.0)
+    data = {"cpu": cpu, "calls": calls, "load": os.getloadavg()}
+    data["headline"] = {
+        "cpu_ratio_ours_to_sdk": round(cpu["ratio_ours_to_sdk"], 3),
+        "cpu_ms_per_exec_ours": round(cpu["cpu_ms_per_exec"]["ours"], 3),
+        "cpu_ms_per_exec_sdk": round(cpu["cpu_ms_per_exec"]["sdk"], 3),
+        "cpu_ratio_bare_to_sdk": round(cpu["ratio_bare_to_sdk"], 3),
+        "calls_per_lifecycle_ours": calls["ours_total_per_sandbox"],
+        "calls_per_lifecycle_sdk": calls["sdk_total_per_sandbox"],
+    }
+    write_json("coreweave", data)
+    chart(data)
+    print(json.dumps(data["headline"], indent=2))
+    print("cpu ms/exec:", {k: round(v, 3) for k, v in cpu["cpu_ms_per_exec"].items()})
+    print("calls per sandbox, ours:", calls["ours_per_sandbox"])
+    print("calls per sandbox, sdk: ", calls["sdk_per_sandbox"])
+    print("load average:", data["load"])
+
+
+if __name__ == "__main__":
+    main()

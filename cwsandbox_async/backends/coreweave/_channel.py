@@ -1,0 +1,225 @@
+"""One ``grpc.aio`` channel to the service: deadlines, retries, an in-flight cap, call counts.
+
+Every RPC goes through ``Channel.unary`` or ``Channel.stream``:
+
+- a deadline on every attempt (``timeout=``; the service sees it as ``grpc-timeout``);
+- at most ``max_in_flight`` calls open at once (an anyio semaphore; streams hold their
+  slot until they end);
+- retries with tenacity for what the service refused before doing anything
+  (``UNAVAILABLE``; ``RESOURCE_EXHAUSTED`` when it sent a ``RetryInfo`` or a capacity
+  reason), waiting the ``RetryInfo`` delay when given (capped at
+  ``max_retry_delay_seconds``), otherwise jittered exponential backoff; at most
+  ``max_retries`` re-sends. Calls that are not idempotent (exec) are re-sent only when
+  the service itself refused them (``RpcFailure.refused_before_start``);
+- ``calls`` counts every attempt per method, so tests and benchmarks can count API calls.
+
+Runs on the caller's event loop (no thread hop). Failures leave as ``RpcError``
+carrying the parsed ``RpcFailure``; the backend translates them with the context it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import anyio
+import grpc
+import grpc.aio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from ..._log import log
+from ._errors import RpcFailure
+from ._options import AuthMetadata, CoreWeaveOptions, Endpoint
+
+__all__ = ["Channel", "RpcError"]
+
+T = TypeVar("T")
+
+
+class RpcError(Exception):
+    """A call that ended with a non-OK status (internal: the backend translates it)."""
+
+    def __init__(self, failure: RpcFailure, cause: grpc.aio.AioRpcError) -> None:
+        super().__init__(failure.describe("rpc"))
+        self.failure = failure
+        self.cause = cause
+
+
+def _parse(exc: grpc.aio.AioRpcError) -> RpcError:
+    return RpcError(RpcFailure.parse(exc), exc)
+
+
+async def _settled(call: Any) -> Any:
+    """``await call`` for a unary grpc.aio call, cancellable the way anyio expects.
+
+    grpc.aio turns a cancellation into a fresh ``CancelledError`` without the cancel
+    scope's message, which anyio then cannot claim (``move_on_after`` would leak it).
+    Waiting on a plain future that the call completes keeps the original cancellation;
+    the call itself is cancelled on the way out.
+    """
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    call.add_done_callback(wake)
+    try:
+        await waiter
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+    return await call  # done: returns or raises at once
+
+
+async def _guarded(step: Awaitable[T], call: Any) -> T:
+    """One stream operation (read/write), cancellable the way anyio expects (see ``_settled``)."""
+    task = asyncio.ensure_future(step)
+    try:
+        await asyncio.wait((task,))
+    except asyncio.CancelledError:
+        task.cancel()
+        call.cancel()
+        raise
+    return task.result()
+
+
+class Channel:
+    """The backend's connection to the service (created on first use, on the running loop)."""
+
+    def __init__(self, options: CoreWeaveOptions, endpoint: Endpoint, metadata: AuthMetadata) -> None:
+        from cwsandbox._proto import sandbox_pb2_grpc
+
+        self.options = options
+        self.endpoint = endpoint
+        self.metadata = metadata
+        self.calls: Counter[str] = Counter()
+        channel_options = [
+            ("grpc.max_send_message_length", options.max_message_bytes),
+            ("grpc.max_receive_message_length", options.max_message_bytes),
+            ("grpc.enable_retries", 0),  # retries are ours, counted and bounded
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+        ]
+        if endpoint.secure:
+            self._channel = grpc.aio.secure_channel(
+                endpoint.target, grpc.ssl_channel_credentials(), options=channel_options
+            )
+        else:
+            self._channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
+        stub_class: Any = sandbox_pb2_grpc.SandboxServiceStub  # generated code, untyped
+        self.stub = stub_class(self._channel)
+        self._slots = anyio.Semaphore(options.max_in_flight, fast_acquire=True)  # no loop round trip when free
+
+    def retrying(self, idempotent: bool, what: str) -> AsyncRetrying:
+        """The retry policy (see the module docstring) for a call named ``what``."""
+        opts = self.options
+        backoff = wait_random_exponential(multiplier=0.1, max=opts.max_retry_delay_seconds)
+
+        def should_retry(exc: BaseException) -> bool:
+            if not isinstance(exc, RpcError):
+                return False
+            failure = exc.failure
+            return failure.retryable if idempotent else failure.refused_before_start
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            hint = exc.failure.retry_delay if isinstance(exc, RpcError) else None
+            delay = min(hint, opts.max_retry_delay_seconds) if hint is not None else backoff(state)
+            log.debug("coreweave retry", call=what, attempt=state.attempt_number, delay=round(delay, 3))
+            return delay
+
+        return AsyncRetrying(
+            retry=retry_if_exception(should_retry),
+            wait=wait,
+            stop=stop_after_attempt(opts.max_retries + 1),
+            sleep=anyio.sleep,
+            reraise=True,
+        )
+
+    async def unary(self, method: str, request: Any, *, deadline: float | None = None, idempotent: bool = True) -> Any:
+        """Call unary ``method`` (a stub attribute, e.g. ``"GetSandbox"``); raise ``RpcError`` on failure."""
+        rpc = getattr(self.stub, method)
+        seconds = self.options.request_timeout_seconds if deadline is None else deadline
+
+        async def attempt() -> Any:
+            self.calls[method] += 1
+            async with self._slots:
+                try:
+                    return await _settled(rpc(request, timeout=seconds, metadata=self.metadata))
+                except grpc.aio.AioRpcError as exc:
+                    raise _parse(exc) from exc
+
+        try:
+            return await attempt()  # the common case, without building a retry loop
+        except RpcError as exc:
+            failure = exc.failure
+            if not (failure.retryable if idempotent else failure.refused_before_start) or self.options.max_retries == 0:
+                raise
+            first: RpcError | None = exc
+
+        async def again() -> Any:
+            nonlocal first
+            if first is not None:  # attempt 1 already failed: let tenacity count it and wait
+                failed, first = first, None
+                raise failed
+            return await attempt()
+
+        return await self.retrying(idempotent, method)(again)
+
+    def stream(self, method: str, *, deadline: float) -> StreamCall:
+        """A bidirectional stream call, opened by ``async with``; see ``StreamCall``."""
+        return StreamCall(self, method, deadline)
+
+    async def aclose(self) -> None:
+        await self._channel.close(grace=None)
+
+
+class StreamCall:
+    """``async with channel.stream("StreamExec", deadline=t) as call:`` holds an in-flight slot for the stream.
+
+    ``call.write(msg)``, ``call.done_writing()``, ``call.read()`` are grpc.aio's; a failed
+    status surfaces from them as ``RpcError``. Leaving the block cancels a call still open.
+    """
+
+    def __init__(self, channel: Channel, method: str, timeout: float) -> None:
+        self._channel = channel
+        self._method = method
+        self._timeout = timeout
+        self._call: Any = None
+
+    async def __aenter__(self) -> StreamCall:
+        await self._channel._slots.acquire()
+        self._channel.calls[self._method] += 1
+        rpc = getattr(self._channel.stub, self._method)
+        self._call = rpc(timeout=self._timeout, metadata=self._channel.metadata)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self._call is not None and not self._call.done():
+                self._call.cancel()
+        finally:
+            self._channel._slots.release()
+
+    async def write(self, message: Any) -> None:
+        try:
+            await _guarded(self._call.write(message), self._call)
+        except grpc.aio.AioRpcError as exc:
+            raise _parse(exc) from exc
+
+    async def done_writing(self) -> None:
+        try:
+            await _guarded(self._call.done_writing(), self._call)
+        except grpc.aio.AioRpcError as exc:
+            raise _parse(exc) from exc
+
+    async def read(self) -> Any:
+        """The next response, or ``None`` at the end of the stream (grpc.aio's EOF)."""
+        try:
+            msg = await _guarded(self._call.read(), self._call)
+        except grpc.aio.AioRpcError as exc:
+            raise _parse(exc) from exc
+        return None if msg is grpc.aio.EOF else msg

@@ -1,0 +1,169 @@
+"""Options of the CoreWeave backend: one frozen dataclass, validated once, before any I/O.
+
+Configured the way the ``cwsandbox`` SDK is: ``CWSANDBOX_BASE_URL`` (default
+``https://api.cwsandbox.com``; an ``http://`` URL means an insecure channel, for local
+testing) and ``CWSANDBOX_API_KEY`` (sent as ``authorization: Bearer ...``), or the
+W&B credentials the SDK also accepts (``auth="wandb"``: ``WANDB_API_KEY`` plus the
+optional entity and project). Explicit options win over the environment.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlparse
+
+from ..._errors import SandboxBackendUnavailableError, SandboxValidationError
+
+__all__ = ["DEFAULT_BASE_URL", "AuthMetadata", "CoreWeaveOptions", "Endpoint"]
+
+DEFAULT_BASE_URL = "https://api.cwsandbox.com"
+AUTH_MODES = ("auto", "api_key", "wandb", "none")
+EXEC_RPCS = ("auto", "unary", "stream")
+AuthMetadata = tuple[tuple[str, str], ...]
+
+
+def _number(name: str, value: object, *, integer: bool = False, allow_zero: bool = False) -> None:
+    ok_type = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
+        raise SandboxValidationError(f"{name} must be a {'whole' if integer else 'finite'} number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise SandboxValidationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _opt_str(name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SandboxValidationError(f"{name} must be a non-empty str or None, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the service is: a gRPC ``host:port`` target and whether the channel uses TLS."""
+
+    target: str
+    secure: bool
+
+
+def parse_base_url(url: str) -> Endpoint:
+    """``https://host[:port]`` or ``http://host[:port]`` -> Endpoint; ``SandboxValidationError`` otherwise."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https"):
+        raise SandboxValidationError(f"base_url must be an http:// or https:// URL, got {url!r}")
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        raise SandboxValidationError(f"base_url must have no path (gRPC has none), got {url!r}")
+    try:
+        port = parsed.port
+    except ValueError as exc:
+        raise SandboxValidationError(f"base_url has an invalid port: {url!r}") from exc
+    if not parsed.hostname:
+        raise SandboxValidationError(f"base_url has no host: {url!r}")
+    secure = parsed.scheme == "https"
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return Endpoint(f"{host}:{port or (443 if secure else 80)}", secure)
+
+
+@dataclass(frozen=True, slots=True)
+class CoreWeaveOptions:
+    """Everything ``CoreWeaveBackend(**options)`` accepts; see the backend's docstring for each field.
+
+    Raises ``SandboxValidationError`` for an unknown option or a value of the wrong type or range.
+    """
+
+    # where and who
+    base_url: str | None = None
+    api_key: str | None = None
+    auth: str = "auto"
+    wandb_api_key: str | None = None
+    wandb_entity: str | None = None
+    wandb_project: str | None = None
+    # what: the sandbox
+    image: str = "python:3.11"
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    runtime_class: str | None = None
+    # how: API etiquette
+    request_timeout_seconds: float = 30.0
+    max_in_flight: int = 64
+    max_retries: int = 5
+    max_retry_delay_seconds: float = 10.0
+    ready_poll_seconds: float = 0.2
+    exec_rpc: str = "auto"
+    exec_slack_seconds: float = 5.0
+    kill_after_seconds: float = 2.0
+    file_timeout_seconds: float = 300.0
+    max_message_bytes: int = 100 * 1024 * 1024
+    sweep_on_close: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("base_url", "api_key", "wandb_api_key", "wandb_entity", "wandb_project", "runtime_class"):
+            _opt_str(name, getattr(self, name))
+        _opt_str("image", self.image)
+        if self.auth not in AUTH_MODES:
+            raise SandboxValidationError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+        if self.exec_rpc not in EXEC_RPCS:
+            raise SandboxValidationError(f"exec_rpc must be one of {', '.join(EXEC_RPCS)}, got {self.exec_rpc!r}")
+        if self.base_url is not None:
+            parse_base_url(self.base_url)
+        for name in ("request_timeout_seconds", "max_retry_delay_seconds", "ready_poll_seconds"):
+            _number(name, getattr(self, name))
+        for name in ("exec_slack_seconds", "kill_after_seconds", "file_timeout_seconds"):
+            _number(name, getattr(self, name))
+        for name in ("max_in_flight", "max_message_bytes"):
+            _number(name, getattr(self, name), integer=True)
+        _number("max_retries", self.max_retries, integer=True, allow_zero=True)
+        if not isinstance(self.sweep_on_close, bool):
+            raise SandboxValidationError("sweep_on_close must be a bool")
+        ann = self.annotations
+        if not isinstance(ann, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in ann.items()):
+            raise SandboxValidationError("annotations must be a mapping of str to str")
+        object.__setattr__(self, "annotations", dict(ann))
+
+    @classmethod
+    def from_kwargs(cls, options: Mapping[str, Any]) -> CoreWeaveOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise SandboxValidationError(f"unknown coreweave backend option(s): {', '.join(unknown)}")
+        return cls(**options)
+
+    # -- resolution against the environment (read at first use, not at import) ----------
+    def endpoint(self) -> Endpoint:
+        """The service's address: ``base_url``, else ``$CWSANDBOX_BASE_URL``, else the public service."""
+        return parse_base_url(self.base_url or os.environ.get("CWSANDBOX_BASE_URL") or DEFAULT_BASE_URL)
+
+    def auth_metadata(self, endpoint: Endpoint) -> AuthMetadata:
+        """The gRPC metadata that authenticates every call.
+
+        ``auto`` uses an API key (option, then ``$CWSANDBOX_API_KEY``), else W&B
+        credentials if ``$WANDB_API_KEY`` is set; with neither, an insecure (``http://``)
+        endpoint gets no credentials (a local test server) and a TLS one raises
+        ``SandboxBackendUnavailableError``.
+        """
+        key = self.api_key or os.environ.get("CWSANDBOX_API_KEY")
+        wandb_key = self.wandb_api_key or os.environ.get("WANDB_API_KEY")
+        mode = self.auth
+        if mode == "auto":
+            mode = "api_key" if key else "wandb" if wandb_key else "none"
+            if mode == "none" and endpoint.secure:
+                raise SandboxBackendUnavailableError(
+                    "no CoreWeave credentials: set CWSANDBOX_API_KEY (or WANDB_API_KEY with auth='wandb')",
+                    infrastructure=False,
+                )
+        if mode == "api_key":
+            if not key:
+                raise SandboxBackendUnavailableError("auth='api_key' needs CWSANDBOX_API_KEY", infrastructure=False)
+            return (("authorization", f"Bearer {key}"),)
+        if mode == "wandb":
+            if not wandb_key:
+                raise SandboxBackendUnavailableError("auth='wandb' needs WANDB_API_KEY", infrastructure=False)
+            meta = [("x-wandb-api-key", wandb_key)]
+            entity = self.wandb_entity or os.environ.get("WANDB_ENTITY")
+            project = self.wandb_project or os.environ.get("WANDB_PROJECT")
+            if entity:
+                meta.append(("x-entity-id", entity))
+            if project:
+                meta.append(("x-project-name", project))
+            return tuple(meta)
+        return ()

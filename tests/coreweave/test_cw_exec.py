@@ -1,0 +1,133 @@
+"""Exec on the CoreWeave backend: byte-exact output, partial output on timeout, the cap inside the sandbox,
+exclusive, the CPU budget, and what the service was sent."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from cwsandbox_async._types import ExecRequest, StreamName
+from cwsandbox_async.testing.contract import make_request, make_spec
+
+from .conftest import BackendFactory
+from .server import CoreWeaveTestServer
+
+# bytes 0..255, then a euro sign split across two writes (and so across two output frames)
+BINARY = (
+    "import sys, time; o = sys.stdout.buffer; o.write(bytes(range(256))); o.flush(); "
+    "o.write(b'\\xe2\\x82'); o.flush(); time.sleep(0.2); o.write(b'\\xac!'); o.flush()"
+)
+EXPECTED = bytes(range(256)) + "€!".encode()
+
+
+@pytest.mark.parametrize("exec_rpc", ["unary", "stream"])
+async def test_output_is_byte_exact(
+    cw_server: CoreWeaveTestServer, make_backend: BackendFactory, exec_rpc: str
+) -> None:
+    backend = make_backend(exec_rpc=exec_rpc)
+    spec = make_spec("bytes")
+    await backend.create(spec)
+    chunks: list[bytes] = []
+
+    async def on_output(stream: StreamName, data: bytes) -> None:
+        chunks.append(data)
+
+    r = await backend.exec(spec.sandbox_id, make_request("python3", "-c", BINARY), on_output)
+    assert r.stdout == EXPECTED
+    assert b"".join(chunks) == EXPECTED
+    if exec_rpc == "stream":
+        assert len(chunks) >= 2  # it really streamed, and the split character survived
+    await backend.destroy(spec.sandbox_id)
+
+
+@pytest.mark.parametrize("exec_rpc", ["unary", "stream"])
+async def test_timeout_keeps_partial_output(
+    cw_server: CoreWeaveTestServer, make_backend: BackendFactory, exec_rpc: str
+) -> None:
+    backend = make_backend(exec_rpc=exec_rpc)
+    spec = make_spec("partial")
+    await backend.create(spec)
+    start = time.monotonic()
+    r = await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", "echo before; sleep 60", timeout=1.0))
+    assert (r.timed_out, r.stdout) == (True, b"before\n")
+    assert time.monotonic() - start < 8
+    await backend.destroy(spec.sandbox_id)
+
+
+async def test_output_cap_stops_a_flood_inside_the_sandbox(
+    cw_server: CoreWeaveTestServer, make_backend: BackendFactory
+) -> None:
+    """The service drains past max_output_bytes; the wrapper's cap is what ends ``yes``."""
+    backend = make_backend()
+    spec = make_spec("flood")
+    await backend.create(spec)
+    r = await backend.exec(spec.sandbox_id, make_request("yes", max_output=4096, timeout=20))
+    assert (r.truncated, r.timed_out, len(r.stdout)) == (True, False, 4096)
+    assert r.returncode == -13  # SIGPIPE once the cap's reader left
+    (answer,) = cw_server.service.exec_responses
+    assert answer.stdout_bytes_produced <= 4097  # stopped at the cap, not after the server's 64 MiB drain
+    await backend.destroy(spec.sandbox_id)
+
+
+async def test_exclusive_kills_everything_else(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    backend = make_backend()
+    spec = make_spec("exclusive")
+    await backend.create(spec)
+    sid = spec.sandbox_id
+    result: dict[str, object] = {}
+
+    async def sleeper() -> None:
+        result["sleeper"] = await backend.exec(sid, make_request("sleep", "30", timeout=40))
+
+    start = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sleeper)
+        await anyio.sleep(1.0)
+        base = make_request("echo", "alone")
+        alone = await backend.exec(sid, ExecRequest(**{**_fields(base), "exclusive": True}))
+        assert alone.stdout == b"alone\n"
+    ex = result["sleeper"]
+    assert getattr(ex, "returncode", None) not in (0, None)  # killed, long before its 30 s
+    assert time.monotonic() - start < 15
+    after = await backend.exec(sid, make_request("echo", "usable"))
+    assert after.stdout == b"usable\n"
+    await backend.destroy(sid)
+
+
+async def test_cpu_budget_is_enforced(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    backend = make_backend()
+    spec = make_spec("cpu")
+    await backend.create(spec)
+    base = make_request("python3", "-c", "while True: pass", timeout=30)
+    r = await backend.exec(spec.sandbox_id, ExecRequest(**{**_fields(base), "cpu_seconds": 1.0}))
+    assert (r.cpu_exceeded, r.timed_out, r.returncode) == (True, False, -24)
+    await backend.destroy(spec.sandbox_id)
+
+
+async def test_what_the_service_was_sent(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    backend = make_backend()
+    spec = make_spec("sent", env={"SANDBOX_ENV": "1"}, max_lifetime_seconds=90.5)
+    await backend.create(spec)
+    (create,) = cw_server.service.calls("CreateSandbox")
+    s = create.sandbox.spec
+    assert create.request_id
+    assert s.max_lifetime_seconds == 91
+    assert s.network.deny_egress and s.network.deny_ingress
+    c = s.containers[0]
+    assert c.image == "python:3.11"
+    assert dict(c.environment_variables) == {"SANDBOX_ENV": "1"}
+    assert [c.command, *c.args] == ["/bin/sh", "-c", "exec sleep 2147483647"]  # PID 1 without handlers
+    assert c.resource_requirements.limits.memory == "1024Mi"
+    assert [m.mount_path for m in c.volume_mounts] == ["/workspace"]
+    await backend.exec(spec.sandbox_id, make_request("true", env={"PER_EXEC": "x"}))
+    (ex,) = cw_server.service.calls("Exec")
+    assert dict(ex.env) == {"PER_EXEC": "x"}
+    assert ex.command[:2] == ["/bin/sh", "-c"] and ex.command[-1] == "true"
+    await backend.destroy(spec.sandbox_id)
+    assert len(cw_server.service.calls("GetSandbox")) == 0
+
+
+def _fields(req: ExecRequest) -> dict[str, object]:
+    return {f: getattr(req, f) for f in req.__slots__}  # type: ignore[attr-defined]
