@@ -334,7 +334,7 @@ async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) ->
     assert stats.starved == rewards.count(None) and stats.starved >= n // 2
 
 
-@pytest.mark.parametrize("program_backend", ["fake", "kubernetes"], indirect=True)
+@pytest.mark.parametrize("program_backend", ["fake", "kubernetes", "coreweave"], indirect=True)
 async def test_the_submission_runs_alone(program_backend: Backend | str) -> None:
     """A process the episode left running cannot write into the submission's output: it is killed first."""
     async with Session(backend=program_backend) as session, session.sandbox() as sb:
