@@ -288,3 +288,28 @@ def test_starved_and_oom_counts_survive_a_failed_delivery() -> None:
     metrics.restore(old)  # the reporter failed: the window comes back
     snap = metrics.snapshot()
     assert (snap.exec_starved, snap.exec_oom_killed, snap.exec_timeouts, snap.exec_infra_failures) == (1, 1, 1, 1)
+
+
+async def test_a_pool_that_cannot_create_blames_whoever_its_last_error_blames() -> None:
+    """Bad credentials make every create fail: the lease fails as the caller's problem, not as infrastructure."""
+
+    class BadCredentials(FakeBackend):
+        async def create(self, spec: Any) -> None:
+            raise cwa.SandboxBackendUnavailableError("credentials rejected (401)", infrastructure=False)
+
+    options = {"create_attempts": 2, "max_consecutive_failures": 2, "create_backoff_seconds": 0.01}
+    async with cwa.Session(backend=BadCredentials()) as s, cwa.SandboxPool(s, size=1, **options) as pool:  # type: ignore[arg-type]
+        with pytest.raises(cwa.SandboxCreationError, match="attempts failed in a row") as info:
+            async with pool.lease(timeout_seconds=30):
+                pass
+    assert not info.value.infrastructure
+    assert isinstance(info.value.__cause__, cwa.SandboxBackendUnavailableError)
+
+
+def test_a_backend_that_cannot_be_imported_is_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cwsandbox_async import backends
+
+    monkeypatch.setitem(backends.BACKENDS, "missing", "cwsandbox_async_no_such_module:Backend")
+    with pytest.raises(cwa.SandboxBackendUnavailableError, match="cannot be imported") as info:
+        backends.load_backend("missing")
+    assert not info.value.infrastructure

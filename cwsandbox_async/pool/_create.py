@@ -81,7 +81,12 @@ class Creator:
             f"last error: {self.last_error}",
             reason="pool_create_failing",
         )
-        err.__cause__ = self.last_error
+        # Whose fault it is follows the cause: bad credentials or configuration stay the caller's,
+        # and an exception outside the SandboxError tree is a bug, not the platform's failure.
+        last = self.last_error
+        if last is not None:
+            err.infrastructure = last.infrastructure if isinstance(last, SandboxError) else False
+        err.__cause__ = last
         return err
 
     async def create(self, *, limited: bool) -> Sandbox:

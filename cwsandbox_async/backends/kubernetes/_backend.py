@@ -130,7 +130,9 @@ class KubernetesBackend(Backend):
     # -- plumbing --------------------------------------------------------------
     async def _ensure(self) -> tuple[KubeClient, str]:
         if self._closed:
-            raise SandboxBackendUnavailableError("the kubernetes backend is closed")
+            raise SandboxBackendUnavailableError(
+                "the kubernetes backend is closed", infrastructure=False
+            )  # the caller's
         if self._client is None:
             if self._lock is None:
                 self._lock = anyio.Lock()
