@@ -313,3 +313,15 @@ def test_a_backend_that_cannot_be_imported_is_the_callers_environment(monkeypatc
     with pytest.raises(cwa.SandboxBackendUnavailableError, match="cannot be imported") as info:
         backends.load_backend("missing")
     assert not info.value.infrastructure
+
+
+def test_kubernetes_file_size_mismatch_with_a_status_is_the_files_change_not_the_transport() -> None:
+    """The exec's status came back (the stream was whole), so fewer bytes mean the file changed meanwhile."""
+    from cwsandbox_async.backends.kubernetes._files import read_result, write_result
+
+    with pytest.raises(cwa.SandboxFileError, match="shrank") as read:
+        read_result("sb", "/w/f", 100, 0, b"12345", b"10\n", False)
+    with pytest.raises(cwa.SandboxFileError, match="changed") as write:
+        write_result("sb", "/w/f", 5, 0, b"3\n", b"")
+    assert not read.value.infrastructure and not write.value.infrastructure
+    assert read_result("sb", "/w/f", 100, 0, b"12345", b"5\n", False) == b"12345"

@@ -19,6 +19,7 @@ import pytest
 from cwsandbox_async import (
     ExecResult,
     SandboxBackendUnavailableError,
+    SandboxFileError,
     SandboxNotRunningError,
     SandboxTerminatedError,
     SandboxTimeoutError,
@@ -398,3 +399,21 @@ async def test_its_own_busy_processes_never_make_a_timeout_starved(local_only: N
         pytest.skip(f"the machine is too loaded here: even a lone busy loop was starved ({results['before']})")
     assert not results["daemons"].starved, results["daemons"]
     assert not results["sibling"].starved, results["sibling"]
+
+
+@pytest.mark.parametrize("program_backend", ["local", "kubernetes", "coreweave"], indirect=True)
+async def test_a_fifo_planted_where_the_driver_reads_is_a_file_error_not_a_broken_transport(
+    program_backend: Backend | str,
+) -> None:
+    """Reading or replacing a FIFO blocks until its deadline; that must not look like the platform failing."""
+    async with Session(backend=program_backend) as session, session.sandbox() as sb:
+        assert (await sb.exec(["mkfifo", "/tmp/trap"])).ok
+        with anyio.fail_after(20):
+            with pytest.raises(SandboxFileError) as read:
+                await sb.read_file("/tmp/trap", timeout_seconds=10)
+            with pytest.raises(SandboxFileError) as write:
+                await sb.write_file("/tmp/trap", b"data", timeout_seconds=10)
+            tool = await run_tool(sb, {"name": "read_file", "arguments": json.dumps({"path": "/tmp/trap"})})
+        assert not read.value.infrastructure and not write.value.infrastructure
+        assert not tool.ok and tool.observation.startswith("Error: read_file failed")
+        assert (await sb.exec(["true"])).ok  # the sandbox is fine
