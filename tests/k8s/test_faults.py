@@ -333,6 +333,7 @@ async def test_forbidden_is_typed_by_what_was_refused(k8s_server: KubeTestServer
         assert info.value.reason == "Forbidden"
         sb = await s.sandbox()
         k8s_server.add_fault("status", method="GET", path=r"/exec$", status=403)
-        with pytest.raises(SandboxBackendUnavailableError, match="pods/exec"):
+        with pytest.raises(SandboxBackendUnavailableError, match="pods/exec") as exec_rbac:
             await sb.exec(["true"])
+        assert not exec_rbac.value.infrastructure  # the caller's RBAC rules
     await wait_no_pods(k8s_server)
