@@ -76,16 +76,15 @@ class Creator:
 
     def failing_error(self) -> SandboxCreationError:
         """A fresh error for one waiter, chained to the last creation error."""
-        err = SandboxCreationError(
-            f"the pool cannot create sandboxes: {self.consecutive_failures} attempts failed in a row; "
-            f"last error: {self.last_error}",
-            reason="pool_create_failing",
-        )
         # Whose fault it is follows the cause: bad credentials or configuration stay the caller's,
         # and an exception outside the SandboxError tree is a bug, not the platform's failure.
         last = self.last_error
-        if last is not None:
-            err.infrastructure = last.infrastructure if isinstance(last, SandboxError) else False
+        err = SandboxCreationError(
+            f"the pool cannot create sandboxes: {self.consecutive_failures} attempts failed in a row; "
+            f"last error: {last}",
+            reason="pool_create_failing",
+            infrastructure=None if last is None else isinstance(last, SandboxError) and last.infrastructure,
+        )
         err.__cause__ = last
         return err
 

@@ -330,7 +330,11 @@ async def test_forbidden_is_typed_by_what_was_refused(k8s_server: KubeTestServer
         k8s_server.add_fault("status", method="POST", status=403)  # e.g. admission: PodSecurity, quota
         with pytest.raises(SandboxCreationError) as info:
             await s.sandbox()
-        assert info.value.reason == "Forbidden"
+        assert info.value.reason == "Forbidden" and info.value.infrastructure  # refused for now: the platform's
+        k8s_server.add_fault("status", method="POST", status=422)  # the spec asked for is invalid
+        with pytest.raises(SandboxCreationError) as invalid:
+            await s.sandbox()
+        assert not invalid.value.infrastructure  # the caller's spec
         sb = await s.sandbox()
         k8s_server.add_fault("status", method="GET", path=r"/exec$", status=403)
         with pytest.raises(SandboxBackendUnavailableError, match="pods/exec") as exec_rbac:
