@@ -19,7 +19,14 @@ from ._errors import (
 from ._log import log
 from ._process import Process
 from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus
-from ._validate import MAX_FILE_BYTES, validate_exec, validate_file_data, validate_path, validate_timeout
+from ._validate import (
+    MAX_FILE_BYTES,
+    validate_count,
+    validate_exec,
+    validate_file_data,
+    validate_path,
+    validate_timeout,
+)
 from ._verdict import exec_result, timeout_error
 
 if TYPE_CHECKING:
@@ -313,15 +320,18 @@ class Sandbox:
     async def read_file(
         self, path: str, *, timeout_seconds: float | None = None, max_bytes: int = MAX_FILE_BYTES
     ) -> bytes:
-        """Return a file's bytes. ``SandboxFileError`` if it is missing, a directory or too large."""
+        """Return a file's bytes. ``SandboxFileError`` if it is missing, a directory or larger than
+        ``max_bytes``; ``SandboxTimeoutError`` (infrastructure) past ``timeout_seconds``."""
         p = validate_path(path)
+        limit = validate_count(max_bytes, "max_bytes")
         timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
         backend, sid = self._backend, self._id
-        return await call_backend("read_file", timeout, lambda: backend.read_file(sid, p, max_bytes), sandbox_id=sid)
+        return await call_backend("read_file", timeout, lambda: backend.read_file(sid, p, limit), sandbox_id=sid)
 
     async def write_file(self, path: str, data: bytes | str, *, timeout_seconds: float | None = None) -> None:
-        """Create or replace a file (parents are created). A str is written as UTF-8."""
+        """Create or replace a file (parents are created). A str is written as UTF-8. ``SandboxFileError``
+        where it may not be written; ``SandboxTimeoutError`` (infrastructure) past ``timeout_seconds``."""
         p = validate_path(path)
         payload = validate_file_data(data, p)
         timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)

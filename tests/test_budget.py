@@ -70,3 +70,53 @@ async def test_the_deadline_only_ever_goes_down() -> None:
     with budget.shielded(10) as late:  # a step after the close ran out gets no time
         await anyio.sleep(1)
     assert late.cancelled_caught and anyio.current_time() == start
+
+
+async def test_a_step_nested_in_another_never_outlives_it_even_in_a_child_task() -> None:
+    """A pool's close step of 5 s; the stops inside it, in tasks it starts, have 30 s each: 5 s it is."""
+    budget = CloseBudget()
+    start = anyio.current_time()
+    ended: list[float] = []
+
+    async def stop() -> None:
+        with budget.shielded(30):
+            await anyio.sleep(100)
+        ended.append(anyio.current_time() - start)
+
+    with budget.shielded(5):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(stop)
+    assert ended == [pytest.approx(5)] * 3
+    with budget.shielded(1):  # after a step, its bound is gone: the next one has its own
+        pass
+    with budget.shielded(2):
+        await anyio.sleep(100)
+    assert anyio.current_time() - start == pytest.approx(7)
+
+
+async def test_the_callers_deadline_bounds_a_close_but_not_a_release() -> None:
+    budget = CloseBudget()
+    start = anyio.current_time()
+    with anyio.move_on_after(2):
+        with budget.shielded(60, caller_bounds=True):  # a close the caller bounds
+            await anyio.sleep(100)
+        closed = anyio.current_time() - start
+        with budget.shielded(5):  # a release near the caller's deadline keeps its own budget
+            await anyio.sleep(100)
+    assert closed == pytest.approx(2)
+    assert anyio.current_time() - start == pytest.approx(7)
+    with anyio.CancelScope() as cancelled:
+        cancelled.cancel()  # a caller already cancelled: the close still gets its budget
+        with budget.shielded(3, caller_bounds=True):
+            await anyio.sleep(100)
+    assert anyio.current_time() - start == pytest.approx(10)
+
+
+async def test_a_session_close_under_a_callers_deadline_ends_by_it() -> None:
+    budget = CloseBudget()
+    start = anyio.current_time()
+    with anyio.move_on_after(1.5), budget.closing(60):
+        await anyio.sleep(100)
+    assert anyio.current_time() - start == pytest.approx(1.5)
+    assert budget.deadline == pytest.approx(start + 1.5)

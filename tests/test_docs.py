@@ -99,6 +99,20 @@ async def _kubernetes(env: dict[str, str], tmp: Path) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
+async def _coreweave(env: dict[str, str], tmp: Path) -> AsyncIterator[None]:
+    """The CoreWeave test server (real gRPC on 127.0.0.1, real local sandboxes) as ``CWSANDBOX_BASE_URL``."""
+    pytest.importorskip("cwsandbox", reason="the coreweave extra (cwsandbox, grpcio) is not installed")
+    from coreweave.server import CoreWeaveTestServer
+
+    async with CoreWeaveTestServer(api_key="docs-test-key") as server:
+        env["CWSANDBOX_BASE_URL"] = server.url
+        env["CWSANDBOX_API_KEY"] = "docs-test-key"
+        yield
+        assert server.service.calls("CreateSandbox"), "the block never created a sandbox"
+        assert not server.service.live(), "the block left sandboxes running"
+
+
+@asynccontextmanager
 async def _tiny_model(env: dict[str, str], tmp: Path) -> AsyncIterator[None]:
     """A tiny random causal LM saved to disk, handed to the block as ``MODEL`` (no Hub access)."""
     env["MODEL"] = await anyio.to_thread.run_sync(_save_tiny_model, tmp / "tiny-model")
@@ -120,6 +134,7 @@ def _save_tiny_model(path: Path) -> str:
 SERVICES: dict[str, Callable[[dict[str, str], Path], AbstractAsyncContextManager[None]]] = {
     "openai": _openai,
     "kubernetes": _kubernetes,
+    "coreweave": _coreweave,
     "tiny-model": _tiny_model,
 }
 
@@ -140,7 +155,16 @@ def _env(tmp: Path) -> dict[str, str]:
         "WANDB_X_DISABLE_STATS": "true",
         "WANDB_X_DISABLE_MACHINE_INFO": "true",
     }
-    for key in ("WANDB_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "KUBECONFIG", "MODEL", "WANDB_DISABLE_WEAVE"):
+    for key in (
+        "WANDB_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "KUBECONFIG",
+        "MODEL",
+        "WANDB_DISABLE_WEAVE",
+        "CWSANDBOX_API_KEY",
+        "CWSANDBOX_BASE_URL",
+    ):
         env.pop(key, None)
     return env
 

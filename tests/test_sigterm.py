@@ -1,4 +1,5 @@
-"""SIGTERM twice during close: the driver still closes within its bound, leaves nothing, and dies of SIGTERM.
+"""SIGTERM: twice during close, the driver still closes within its bound, leaves nothing, and dies of SIGTERM;
+and an application's own SIGTERM handler is never replaced.
 
 A real driver process on the local backend. The first SIGTERM cancels the
 session's body; while the session closes (a closer that takes a second stands
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import textwrap
@@ -19,13 +21,14 @@ import time
 import uuid
 
 import anyio
+import pytest
 from local.conftest import exists, local_session, requires_isolation
 
+import cwsandbox_async as cwa
 from cwsandbox_async.backends.local._registry import pid_alive
+from cwsandbox_async.testing import FakeBackend
 
-pytestmark = requires_isolation
-
-CLOSE_SECONDS = 6.0
+CLOSE_SECONDS = 10.0
 CLOSER_SECONDS = 1.0
 
 DRIVER = textwrap.dedent(
@@ -60,6 +63,7 @@ DRIVER = textwrap.dedent(
 )
 
 
+@requires_isolation
 async def test_a_second_sigterm_during_close_neither_cuts_it_short_nor_leaks() -> None:
     tag = f"sigterm-{uuid.uuid4().hex[:8]}"
     proc = await asyncio.create_subprocess_exec(
@@ -96,3 +100,38 @@ async def test_a_second_sigterm_during_close_neither_cuts_it_short_nor_leaks() -
     assert not any(exists(p) for p in info["cgroups"]), "a sandbox cgroup outlived the close"
     async with local_session(tag) as s:
         assert await s.list([tag]) == [], "a registry entry outlived the close"
+
+
+async def test_an_applications_own_sigterm_handler_is_left_alone() -> None:
+    """With a handler of the application's installed, the session installs none and SIGTERM is the app's."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        async with cwa.Session(backend=FakeBackend()) as s:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await anyio.sleep(0.05)  # the body goes on: the session did not take SIGTERM over
+            assert got == [signal.SIGTERM]
+            assert s.state.value == "open"
+        assert not isinstance(signal.getsignal(signal.SIGTERM), int), "the app's handler is still in place"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+async def test_sigterm_cancels_the_session_body_and_the_process_would_die_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process: the handler cancels the body, the session closes, then the pending SIGTERM is re-raised.
+    The re-raise is replaced here by a recorder, so the test process lives."""
+    died: list[str] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: died.append(f"{pid}:{sig}"))
+    backend = FakeBackend()
+    reached_end = False
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    async with cwa.Session(backend=backend) as s:
+        await s.sandbox()
+        signal.raise_signal(signal.SIGTERM)  # handled on the loop: cancels this body at its next await
+        await anyio.sleep(10)
+        reached_end = True
+    assert not reached_end and backend.live == 0 and s.state.value == "closed"
+    assert died == [f"{os.getpid()}:{signal.SIGTERM}"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored for the re-raise

@@ -139,6 +139,8 @@ async def test_file_timeouts_follow_the_rule(seconds: Any) -> None:
         with pytest.raises(cwa.SandboxValidationError):
             await sb.write_file("/workspace/x", b"2", timeout_seconds=seconds)
         assert await sb.read_file("/workspace/x", timeout_seconds=None) == b"1"  # None: the default
+        with pytest.raises(cwa.SandboxValidationError):
+            await sb.read_file("/workspace/x", max_bytes=0)
 
 
 @pytest.mark.parametrize("field", ["exec_grace_seconds", "stop_seconds", "close_seconds"])

@@ -39,7 +39,7 @@ async def wind_down(
     def no_other_leases() -> bool:
         return handout.leases_held(but_this_task=True) == 0
 
-    with budget.shielded(seconds) as scope:
+    with budget.shielded(seconds, caller_bounds=True) as scope:
         with anyio.move_on_after(grace):
             await ledger.until(no_other_leases)
         handout.cut_short_all()
