@@ -64,7 +64,7 @@ _HEADER_LEN = _MARKER_LEN + 1 + 10 + 1 + 10 + 1
 #: The program the sandbox runs (``python3 -c``-compatible, Python 3.8+). Constant: it holds no secret.
 HARNESS_SOURCE = f"""\
 def _cwsandbox_harness():
-    import builtins, linecache, os, sys, traceback, types
+    import builtins, os, sys
     read, write, exit_, err, execute = os.read, os.write, os._exit, sys.stderr, exec
     streams = (sys.stdout, sys.stderr)
     def take(n):
@@ -90,14 +90,13 @@ def _cwsandbox_harness():
     marker, split = parts[0], int(parts[1])
     del head, parts
     passed = False
+    sources, units = {{}}, []
     try:
-        units = []
-        for name, text in (("solution.py", body[:split]), ("tests.py", body[split:])):
-            source = text.decode("utf-8")
-            linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        sources["solution.py"], sources["tests.py"] = body[:split].decode("utf-8"), body[split:].decode("utf-8")
+        del body
+        for name, source in sources.items():
             units.append(compile(source, name, "exec"))
-        del body, text, source
-        main = types.ModuleType("__main__")
+        main = type(sys)("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         for unit in units:
@@ -110,7 +109,10 @@ def _cwsandbox_harness():
         except BaseException:
             pass
     except BaseException as exc:
-        try:
+        try:  # imported only now: the passing path stays as cheap as the program itself
+            import linecache, traceback
+            for name, source in sources.items():
+                linecache.cache[name] = (len(source), None, source.splitlines(True), name)
             traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, file=err)
         except BaseException:
             pass
