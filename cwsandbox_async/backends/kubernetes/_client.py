@@ -142,7 +142,9 @@ def _rest_client(conn: Connection) -> RESTClientObject:
     try:
         return RESTClientObject(conn.configuration)
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise SandboxBackendUnavailableError(f"bad TLS material in {conn.source}: {exc}") from exc
+        raise SandboxBackendUnavailableError(  # the caller's kubeconfig
+            f"bad TLS material in {conn.source}: {exc}", infrastructure=False
+        ) from exc
 
 
 class KubeClient:
