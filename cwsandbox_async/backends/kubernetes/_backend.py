@@ -130,7 +130,9 @@ class KubernetesBackend(Backend):
     # -- plumbing --------------------------------------------------------------
     async def _ensure(self) -> tuple[KubeClient, str]:
         if self._closed:
-            raise SandboxBackendUnavailableError("the kubernetes backend is closed")
+            raise SandboxBackendUnavailableError(
+                "the kubernetes backend is closed", infrastructure=False
+            )  # the caller's
         if self._client is None:
             if self._lock is None:
                 self._lock = anyio.Lock()
@@ -275,6 +277,9 @@ class KubernetesBackend(Backend):
                 f"the API server rejected pod {sid}: {exc.message}",
                 sandbox_id=sid,
                 reason=exc.reason or str(exc.status),
+                # 400/422: the spec the caller asked for is invalid (the caller's); 403 is admission
+                # refusing it for now (quota, capacity policy): the platform's.
+                infrastructure=exc.status == 403,
             ) from exc
         raise exc
 
