@@ -394,7 +394,11 @@ async def test_its_own_busy_processes_never_make_a_timeout_starved(local_only: N
         pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
     for name in ("daemons", "sibling"):
         r = results[name]
-        assert r.cpu_wait_seconds is not None and r.cpu_wait_seconds > 0.25 * r.wall_seconds, (name, r)  # it waited
+        # The attack ran: more than the program's own loop kept the CPUs busy (counted in the exec's tree
+        # when the agent reaped the daemons, else in the sandbox's CPU). The agent may already discount
+        # the run-queue wait such processes cause, so that wait alone is not the check.
+        used = max(r.cpu_seconds, r.sandbox_cpu_seconds or 0.0)
+        assert used >= (min(2, os.cpu_count() or 1) - 0.5) * r.wall_seconds, (name, r)
     if results["before"].starved and results["after"].starved:
         pytest.skip(f"the machine is too loaded here: even a lone busy loop was starved ({results['before']})")
     assert not results["daemons"].starved, results["daemons"]
