@@ -90,6 +90,21 @@ def validate_count(value: object, what: str, *, default: int | None = None) -> i
     return value
 
 
+def validate_number(value: object, what: str, *, integer: bool = False, allow_zero: bool = False) -> None:
+    """A finite number (a whole one with ``integer``), > 0 (>= 0 with ``allow_zero``), for backend options."""
+    ok_type = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
+        raise SandboxValidationError(f"{what} must be a {'whole' if integer else 'finite'} number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise SandboxValidationError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def validate_optional_str(value: object, what: str) -> None:
+    """None or a non-empty str, for backend options."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SandboxValidationError(f"{what} must be a non-empty str or None, got {value!r}")
+
+
 def validate_path(path: object, what: str = "path") -> str:
     """An absolute POSIX path without NUL bytes; returned normalised (``..`` resolved lexically)."""
     if not isinstance(path, str):
