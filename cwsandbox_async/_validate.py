@@ -6,7 +6,7 @@ import dataclasses
 import math
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from ._errors import SandboxValidationError
@@ -103,6 +103,13 @@ def validate_optional_str(value: object, what: str) -> None:
     """None or a non-empty str, for backend options."""
     if value is not None and (not isinstance(value, str) or not value):
         raise SandboxValidationError(f"{what} must be a non-empty str or None, got {value!r}")
+
+
+def validate_option_names(options: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+    """``SandboxValidationError`` naming every key of ``options`` not in ``known`` (``what``: whose options)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise SandboxValidationError(f"unknown {what} option(s): {', '.join(unknown)}")
 
 
 def validate_path(path: object, what: str = "path") -> str:

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from ..._types import SandboxInfo, SandboxSpec, SandboxStatus
-from .._host import pid_alive
+from .._shared import pid_alive
 from ._exec import KEEPALIVE
 from ._options import CoreWeaveOptions
 

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..._errors import SandboxBackendUnavailableError, SandboxValidationError
-from ..._validate import validate_number, validate_optional_str
+from ..._validate import validate_number, validate_option_names, validate_optional_str
 
 __all__ = ["DEFAULT_BASE_URL", "AuthMetadata", "CoreWeaveOptions", "Endpoint"]
 
@@ -109,10 +109,7 @@ class CoreWeaveOptions:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> CoreWeaveOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise SandboxValidationError(f"unknown coreweave backend option(s): {', '.join(unknown)}")
+        validate_option_names(options, (f.name for f in fields(cls)), "coreweave backend")
         return cls(**options)
 
     # -- resolution against the environment (read at first use, not at import) ----------

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..._types import SandboxInfo
-from .._host import pid_alive
+from .._shared import pid_alive
 from ._client import KubeClient
 from ._manifest import HOST_ANNOTATION, PID_ANNOTATION, SESSION_LABEL, tags_of
 from ._podstate import view

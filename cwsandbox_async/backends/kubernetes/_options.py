@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..._errors import SandboxValidationError
-from ..._validate import validate_number, validate_optional_str
+from ..._validate import validate_number, validate_option_names, validate_optional_str
 
 __all__ = ["TIMEOUT_DEFAULTS", "KubernetesOptions"]
 
@@ -179,8 +179,5 @@ class KubernetesOptions:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> KubernetesOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise SandboxValidationError(f"unknown kubernetes backend option(s): {', '.join(unknown)}")
+        validate_option_names(options, (f.name for f in fields(cls)), "kubernetes backend")
         return cls(**options)
