@@ -100,8 +100,15 @@ class SandboxBackendUnavailableError(SandboxError):
 class SandboxCreationError(SandboxError):
     """A sandbox failed to start (process died, pod failed, image pull error...)."""
 
-    def __init__(self, message: str, *, sandbox_id: str | None = None, reason: str | None = None) -> None:
-        super().__init__(message, sandbox_id=sandbox_id)
+    def __init__(
+        self,
+        message: str,
+        *,
+        sandbox_id: str | None = None,
+        reason: str | None = None,
+        infrastructure: bool | None = None,
+    ) -> None:
+        super().__init__(message, sandbox_id=sandbox_id, infrastructure=infrastructure)
         self.reason = reason
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from ._errors import SandboxValidationError
@@ -88,6 +88,28 @@ def validate_count(value: object, what: str, *, default: int | None = None) -> i
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SandboxValidationError(f"{what} must be a positive int, got {value!r}")
     return value
+
+
+def validate_number(value: object, what: str, *, integer: bool = False, allow_zero: bool = False) -> None:
+    """A finite number (a whole one with ``integer``), > 0 (>= 0 with ``allow_zero``), for backend options."""
+    ok_type = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
+        raise SandboxValidationError(f"{what} must be a {'whole' if integer else 'finite'} number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise SandboxValidationError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def validate_optional_str(value: object, what: str) -> None:
+    """None or a non-empty str, for backend options."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SandboxValidationError(f"{what} must be a non-empty str or None, got {value!r}")
+
+
+def validate_option_names(options: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+    """``SandboxValidationError`` naming every key of ``options`` not in ``known`` (``what``: whose options)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise SandboxValidationError(f"unknown {what} option(s): {', '.join(unknown)}")
 
 
 def validate_path(path: object, what: str = "path") -> str:

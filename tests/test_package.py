@@ -58,7 +58,8 @@ PUBLIC_MODULES = {
     "cwsandbox_async.testing.contract": ["BackendContract", "make_request", "make_spec"],
     "cwsandbox_async.reporters": ["STEP_METRIC", "LogReporter", "Reporter", "WandbReporter"],
     "cwsandbox_async.integrations.trl": [
-        "AsyncCodeReward", "CodeReward", "Extractor", "RewardCallStats", "SyncCodeReward", "code_reward",
+        "AsyncCodeReward", "CodeReward", "Extractor", "RewardCallStats", "RewardSettings", "SyncCodeReward",
+        "code_reward",
         "code_reward_sync",
         "completion_text", "extract_code",
     ],

@@ -275,3 +275,53 @@ async def test_a_tool_on_a_stopped_sandbox_raises_instead_of_blaming_the_model()
         await sb.stop()
         with pytest.raises(cwa.SandboxTerminatedError):
             await run_tool(sb, {"name": "bash", "arguments": '{"command": "true"}'})
+
+
+def test_starved_and_oom_counts_survive_a_failed_delivery() -> None:
+    from cwsandbox_async.metrics._aggregator import MetricsAggregator
+
+    metrics = MetricsAggregator()
+    metrics.exec_finished("s", cwa.ExecOutcome.FAILURE, 2.0, 0.1, timed_out=True, infrastructure=True, starved=True)
+    metrics.exec_finished("s", cwa.ExecOutcome.COMPLETED_NONZERO, 0.5, 0.4, oom_killed=True)
+    _, old = metrics.take(reset=True)
+    assert old is not None
+    metrics.restore(old)  # the reporter failed: the window comes back
+    snap = metrics.snapshot()
+    assert (snap.exec_starved, snap.exec_oom_killed, snap.exec_timeouts, snap.exec_infra_failures) == (1, 1, 1, 1)
+
+
+async def test_a_pool_that_cannot_create_blames_whoever_its_last_error_blames() -> None:
+    """Bad credentials make every create fail: the lease fails as the caller's problem, not as infrastructure."""
+
+    class BadCredentials(FakeBackend):
+        async def create(self, spec: Any) -> None:
+            raise cwa.SandboxBackendUnavailableError("credentials rejected (401)", infrastructure=False)
+
+    options = {"create_attempts": 2, "max_consecutive_failures": 2, "create_backoff_seconds": 0.01}
+    async with cwa.Session(backend=BadCredentials()) as s, cwa.SandboxPool(s, size=1, **options) as pool:  # type: ignore[arg-type]
+        with pytest.raises(cwa.SandboxCreationError, match="attempts failed in a row") as info:
+            async with pool.lease(timeout_seconds=30):
+                pass
+    assert not info.value.infrastructure
+    assert isinstance(info.value.__cause__, cwa.SandboxBackendUnavailableError)
+
+
+def test_a_backend_that_cannot_be_imported_is_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cwsandbox_async import backends
+
+    monkeypatch.setitem(backends.BACKENDS, "missing", "cwsandbox_async_no_such_module:Backend")
+    with pytest.raises(cwa.SandboxBackendUnavailableError, match="cannot be imported") as info:
+        backends.load_backend("missing")
+    assert not info.value.infrastructure
+
+
+def test_kubernetes_file_size_mismatch_with_a_status_is_the_files_change_not_the_transport() -> None:
+    """The exec's status came back (the stream was whole), so fewer bytes mean the file changed meanwhile."""
+    from cwsandbox_async.backends.kubernetes._files import read_result, write_result
+
+    with pytest.raises(cwa.SandboxFileError, match="shrank") as read:
+        read_result("sb", "/w/f", 100, 0, b"12345", b"10\n", False)
+    with pytest.raises(cwa.SandboxFileError, match="changed") as write:
+        write_result("sb", "/w/f", 5, 0, b"3\n", b"")
+    assert not read.value.infrastructure and not write.value.infrastructure
+    assert read_result("sb", "/w/f", 100, 0, b"12345", b"5\n", False) == b"12345"

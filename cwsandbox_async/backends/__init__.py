@@ -31,10 +31,14 @@ def load_backend(backend: str | Backend, **options: Any) -> Backend:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SandboxBackendUnavailableError(f"backend {backend!r} cannot be imported: {exc}") from exc
+        raise SandboxBackendUnavailableError(  # an extra not installed: the caller's environment
+            f"backend {backend!r} cannot be imported: {exc}", infrastructure=False
+        ) from exc
     cls = getattr(module, class_name, None)
     if cls is None:
-        raise SandboxBackendUnavailableError(f"backend {backend!r}: {module_name} has no {class_name}")
+        raise SandboxBackendUnavailableError(
+            f"backend {backend!r}: {module_name} has no {class_name}", infrastructure=False
+        )
     try:
         instance = cls(**options)
     except TypeError as exc:  # an unknown or misspelt option

@@ -58,14 +58,14 @@ __all__ = ["HARNESS_SOURCE", "MARKER_PREFIX", "HarnessRun", "harness_run"]
 #: Every marker starts with this; 32 random hex digits follow.
 MARKER_PREFIX = b"cwsandbox-tests-finished:"
 _MARKER_LEN = len(MARKER_PREFIX) + 32
-#: stdin starts with ``<marker> <program bytes, 10 digits> <tests bytes, 10 digits>\n``.
-_HEADER_LEN = _MARKER_LEN + 1 + 10 + 1 + 10 + 1
+#: stdin starts with ``<marker> <program bytes, 10 digits> <tests bytes, 10 digits> <explain: 0/1>\n``.
+_HEADER_LEN = _MARKER_LEN + 1 + 10 + 1 + 10 + 1 + 1 + 1
 
 #: The program the sandbox runs (``python3 -c``-compatible, Python 3.8+). Constant: it holds no secret.
 HARNESS_SOURCE = f"""\
 def _cwsandbox_harness():
-    import builtins, linecache, os, sys, traceback, types
-    read, write, exit_, err, execute = os.read, os.write, os._exit, sys.stderr, exec
+    import builtins, os, sys
+    read, write, exit_, err, execute, hook = os.read, os.write, os._exit, sys.stderr, exec, sys.__excepthook__
     streams = (sys.stdout, sys.stderr)
     def take(n):
         data = b""
@@ -77,7 +77,7 @@ def _cwsandbox_harness():
         return data
     head = take({_HEADER_LEN})
     parts = head[:-1].split(b" ")
-    ok = len(head) == {_HEADER_LEN} and len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit()
+    ok = len(head) == {_HEADER_LEN} and len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit()
     size = int(parts[1]) + int(parts[2]) if ok else 0
     body = take(size)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -87,17 +87,16 @@ def _cwsandbox_harness():
         err.write("cwsandbox: the harness got incomplete input\\n")
         err.flush()
         exit_(2)
-    marker, split = parts[0], int(parts[1])
+    marker, split, explain = parts[0], int(parts[1]), parts[3] == b"1"
     del head, parts
     passed = False
+    sources, units = {{}}, []
     try:
-        units = []
-        for name, text in (("solution.py", body[:split]), ("tests.py", body[split:])):
-            source = text.decode("utf-8")
-            linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        sources["solution.py"], sources["tests.py"] = body[:split].decode("utf-8"), body[split:].decode("utf-8")
+        del body
+        for name, source in sources.items():
             units.append(compile(source, name, "exec"))
-        del body, text, source
-        main = types.ModuleType("__main__")
+        main = type(sys)("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         for unit in units:
@@ -111,7 +110,14 @@ def _cwsandbox_harness():
             pass
     except BaseException as exc:
         try:
-            traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, file=err)
+            if explain:  # source lines in the traceback, for a reader (costs ~10 ms of imports)
+                import linecache, traceback
+                for name, source in sources.items():
+                    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, file=err)
+            else:  # the interpreter's own display: no imports
+                below = exc.__traceback__.tb_next
+                hook(type(exc), exc.with_traceback(below), below)
         except BaseException:
             pass
     for stream in (sys.stdout, sys.stderr) + streams:
@@ -167,12 +173,14 @@ class HarnessRun:
         return out.decode("utf-8", errors="replace")
 
 
-def harness_run(code: str, tests: str | None) -> HarnessRun:
+def harness_run(code: str, tests: str | None, *, explain: bool = False) -> HarnessRun:
     """A ``HarnessRun`` of ``code`` followed by ``tests`` (``None``: the program must only run to its end).
 
     Both must be encodable as UTF-8 (``clean_text`` makes them so). A fresh marker is drawn per call.
+    ``explain``: a failure's traceback shows the source lines (for a model reading it; it costs the
+    imports of ``traceback``, about 10 ms); otherwise the interpreter's own, cheaper display is used.
     """
     marker = MARKER_PREFIX + secrets.token_hex(16).encode()
     program, checks = code.encode("utf-8"), (tests or "").encode("utf-8")
-    header = b"%s %010d %010d\n" % (marker, len(program), len(checks))
+    header = b"%s %010d %010d %d\n" % (marker, len(program), len(checks), int(explain))
     return HarnessRun(source=HARNESS_SOURCE, stdin=header + program + checks, marker=marker)

@@ -289,7 +289,7 @@ async def run_tool(
 
 async def _submit(sandbox: Sandbox, code: str, tests: str, timeout_seconds: float, python: str) -> ToolResult:
     """Run ``code`` then ``tests`` under the harness; passed only if the tests ran to their end."""
-    run = harness_run(code, tests)
+    run = harness_run(code, tests, explain=True)  # the model reads the traceback
     result = await run_python(
         sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python, exclusive=True
     )

@@ -53,11 +53,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
+import functools
+import inspect
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 
 from .._errors import SandboxError, SandboxValidationError
 from .._log import log
@@ -76,6 +79,7 @@ __all__ = [
     "CodeReward",
     "Extractor",
     "RewardCallStats",
+    "RewardSettings",
     "SyncCodeReward",
     "code_reward",
     "code_reward_sync",
@@ -84,56 +88,100 @@ __all__ = [
 ]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RewardSettings:
+    """Every setting of ``code_reward`` / ``code_reward_sync``: the one definition of their arguments.
+
+    - ``name``: what TRL logs (``rewards/<name>/mean``), the printed line's label and the
+      namespace of its metrics (``cwsandbox/<name>/*``); an identifier.
+    - ``extractor``: text to code (default: ``<answer>`` tags, then a python fence).
+    - ``tests_column``: the dataset column with each row's tests.
+    - ``timeout_seconds``: per program; ``limit``: programs at once.
+    - ``pool_size``: sandboxes kept warm (``0``: a new sandbox per program, no pool), up to
+      ``pool_max_size`` (default ``max(pool_size, limit)``); a lease waits at most
+      ``lease_timeout_seconds``.
+    - ``python``: the interpreter the harness runs under; ``verbose``: print one line per call.
+    - ``defaults``, ``backend``, ``backend_options``, ``report_to``, ``run``: for the ``Session``.
+
+    Bad settings raise ``SandboxValidationError`` when the reward is made, not mid-training.
+    """
+
+    name: str = "sandbox_reward"
+    extractor: Extractor | None = None
+    tests_column: str | None = None
+    timeout_seconds: float = 10.0
+    limit: int = 32
+    pool_size: int = 8
+    pool_max_size: int | None = None
+    lease_timeout_seconds: float = 60.0
+    python: str = "python3"
+    verbose: bool = True
+    defaults: SandboxDefaults | Mapping[str, Any] | None = None
+    backend: Any = "local"
+    backend_options: Mapping[str, Any] | None = None
+    report_to: Sequence[str] | None = None
+    run: Any = None
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _takes(settings: Callable[P, RewardSettings]) -> Callable[[Callable[[RewardSettings], R]], Callable[P, R]]:
+    """Give a factory of ``RewardSettings -> R`` the keyword arguments of ``RewardSettings`` itself.
+
+    The factory's face is derived, not written out: mypy checks its callers against the
+    dataclass's fields, and ``help()`` / ``inspect.signature`` show them with their defaults.
+    """
+
+    def face(make: Callable[[RewardSettings], R]) -> Callable[P, R]:
+        @functools.wraps(make)
+        def factory(*args: P.args, **kwargs: P.kwargs) -> R:
+            return make(settings(*args, **kwargs))
+
+        params = list(inspect.signature(RewardSettings).parameters.values())
+        factory.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # read by inspect/help
+            params, return_annotation=inspect.signature(make).return_annotation
+        )
+        return factory
+
+    return face
+
+
 class _Base:
     """Settings shared by both forms; builds the session host."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        extractor: Extractor | None,
-        tests_column: str | None,
-        timeout_seconds: float,
-        limit: int,
-        pool_size: int,
-        pool_max_size: int | None,
-        lease_timeout_seconds: float,
-        python: str,
-        verbose: bool,
-        defaults: SandboxDefaults | Mapping[str, Any] | None,
-        backend: Any,
-        backend_options: Mapping[str, Any] | None,
-        report_to: Sequence[str] | None,
-        run: Any,
-    ) -> None:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise SandboxValidationError(f"name must be an identifier (TRL logs rewards/<name>/mean), got {name!r}")
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
-            raise SandboxValidationError(f"pool_size must be an int >= 0, got {pool_size!r}")
-        self.__name__ = name
+    def __init__(self, settings: RewardSettings) -> None:
+        s = settings
+        if not isinstance(s.name, str) or not s.name.isidentifier():
+            raise SandboxValidationError(f"name must be an identifier (TRL logs rewards/<name>/mean), got {s.name!r}")
+        if isinstance(s.pool_size, bool) or not isinstance(s.pool_size, int) or s.pool_size < 0:
+            raise SandboxValidationError(f"pool_size must be an int >= 0, got {s.pool_size!r}")
+        self.__name__ = s.name
+        self.settings = settings
         self._core = RewardCore(
-            extractor=extractor,
-            tests_column=tests_column,
-            timeout_seconds=timeout_seconds,
-            limit=limit,
-            lease_timeout_seconds=lease_timeout_seconds,
-            python=python,
-            verbose=verbose,
-            name=name,
+            extractor=s.extractor,
+            tests_column=s.tests_column,
+            timeout_seconds=s.timeout_seconds,
+            limit=s.limit,
+            lease_timeout_seconds=s.lease_timeout_seconds,
+            python=s.python,
+            verbose=s.verbose,
+            name=s.name,
         )
-        self._pool_size = pool_size
-        self._pool_max_size = pool_max_size if pool_max_size is not None else max(pool_size, limit)
+        self._pool_size = s.pool_size
+        self._pool_max_size = s.pool_max_size if s.pool_max_size is not None else max(s.pool_size, s.limit)
         self._session_args: dict[str, Any] = {
-            "defaults": defaults,
-            "backend": backend,
-            "backend_options": backend_options,
-            "report_to": report_to,
-            "run": run,
-            "metrics_namespace": name,  # two rewards in one trainer never write the same keys
+            "defaults": s.defaults,
+            "backend": s.backend,
+            "backend_options": s.backend_options,
+            "report_to": s.report_to,
+            "run": s.run,
+            "metrics_namespace": s.name,  # two rewards in one trainer never write the same keys
             "handle_signals": False,  # the trainer owns the process's signals
         }
-        if isinstance(backend, str) and backend not in BACKENDS:
-            raise SandboxValidationError(f"unknown backend {backend!r}; choose one of {', '.join(sorted(BACKENDS))}")
+        if isinstance(s.backend, str) and s.backend not in BACKENDS:
+            raise SandboxValidationError(f"unknown backend {s.backend!r}; choose one of {', '.join(sorted(BACKENDS))}")
         Session(**self._session_args)  # validate now, not on the first training step
 
     @property
@@ -195,8 +243,8 @@ class CodeReward(_Base):
     loop raises ``SandboxError`` (create one per loop, or ``aclose()`` first).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, settings: RewardSettings) -> None:
+        super().__init__(settings)
         self._host: SessionHost | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[SessionHost] | None = None
@@ -293,8 +341,8 @@ class SyncCodeReward(_Base):
     interpreter exit) stops every sandbox and the thread.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, settings: RewardSettings) -> None:
+        super().__init__(settings)
         self._bridge: LoopThread | None = None
         self._lock = threading.Lock()
 
@@ -332,58 +380,20 @@ def _close_at_exit(ref: weakref.ref[CodeReward]) -> None:
         reward.close()
 
 
-def code_reward(
-    *,
-    name: str = "sandbox_reward",
-    extractor: Extractor | None = None,
-    tests_column: str | None = None,
-    timeout_seconds: float = 10.0,
-    limit: int = 32,
-    pool_size: int = 8,
-    pool_max_size: int | None = None,
-    lease_timeout_seconds: float = 60.0,
-    python: str = "python3",
-    verbose: bool = True,
-    defaults: SandboxDefaults | Mapping[str, Any] | None = None,
-    backend: Any = "local",
-    backend_options: Mapping[str, Any] | None = None,
-    report_to: Sequence[str] | None = None,
-    run: Any = None,
-) -> AsyncCodeReward:
+@_takes(RewardSettings)
+def code_reward(settings: RewardSettings) -> AsyncCodeReward:
     """An async TRL reward function (a plain ``async def``) that runs each completion's code in a sandbox.
 
-    ``name`` is what TRL logs (``rewards/<name>/mean``), what the printed line says and
-    the namespace of its metrics (``cwsandbox/<name>/*``). ``extractor`` maps text to
-    code (default: ``<answer>`` tags, then a python fence). ``tests_column`` names the
-    dataset column with each row's tests. ``timeout_seconds`` bounds each program;
-    ``limit`` how many run at once; ``pool_size`` sandboxes are kept warm
-    (``0``: a new sandbox per program, no pool) up to ``pool_max_size`` (default
-    ``max(pool_size, limit)``), and a lease waits at most ``lease_timeout_seconds``.
-    ``defaults``, ``backend``, ``backend_options``, ``report_to`` and ``run`` go to the
-    ``Session``. Bad settings raise ``SandboxValidationError`` here, not mid-training.
-    The function has ``aclose()`` (on its loop), ``close()`` (from another thread),
-    ``calls``, ``last_stats`` and ``handle`` (see ``AsyncCodeReward``).
+    Takes ``RewardSettings``' fields as keyword arguments (``name``, ``tests_column``,
+    ``timeout_seconds``, ``limit``, ``pool_size``, ...; see that class). Bad settings raise
+    ``SandboxValidationError`` here, not mid-training. The function has ``aclose()`` (on
+    its loop), ``close()`` (from another thread), ``calls``, ``last_stats`` and ``handle``
+    (see ``AsyncCodeReward``).
     """
-    return CodeReward(**{k: v for k, v in locals().items()}).as_function()
+    return CodeReward(settings).as_function()
 
 
-def code_reward_sync(
-    *,
-    name: str = "sandbox_reward",
-    extractor: Extractor | None = None,
-    tests_column: str | None = None,
-    timeout_seconds: float = 10.0,
-    limit: int = 32,
-    pool_size: int = 8,
-    pool_max_size: int | None = None,
-    lease_timeout_seconds: float = 60.0,
-    python: str = "python3",
-    verbose: bool = True,
-    defaults: SandboxDefaults | Mapping[str, Any] | None = None,
-    backend: Any = "local",
-    backend_options: Mapping[str, Any] | None = None,
-    report_to: Sequence[str] | None = None,
-    run: Any = None,
-) -> SyncCodeReward:
+@_takes(RewardSettings)
+def code_reward_sync(settings: RewardSettings) -> SyncCodeReward:
     """The sync form of ``code_reward`` (same arguments), for callers without an event loop."""
-    return SyncCodeReward(**{k: v for k, v in locals().items()})
+    return SyncCodeReward(settings)

@@ -76,12 +76,16 @@ class Creator:
 
     def failing_error(self) -> SandboxCreationError:
         """A fresh error for one waiter, chained to the last creation error."""
+        # Whose fault it is follows the cause: bad credentials or configuration stay the caller's,
+        # and an exception outside the SandboxError tree is a bug, not the platform's failure.
+        last = self.last_error
         err = SandboxCreationError(
             f"the pool cannot create sandboxes: {self.consecutive_failures} attempts failed in a row; "
-            f"last error: {self.last_error}",
+            f"last error: {last}",
             reason="pool_create_failing",
+            infrastructure=None if last is None else isinstance(last, SandboxError) and last.infrastructure,
         )
-        err.__cause__ = self.last_error
+        err.__cause__ = last
         return err
 
     async def create(self, *, limited: bool) -> Sandbox:

@@ -3,8 +3,9 @@
 On the local backend they run in bwrap sandboxes; on the FakeBackend through a
 handler that runs the command as a host subprocess (only the programs these
 tests write); on the Kubernetes backend against the API test server, which runs
-each exec as a real process. ``backend_name`` parametrizes a test over the fake
-and local backends, ``program_backend`` over all three.
+each exec as a real process; on the CoreWeave backend against its gRPC test
+server. ``backend_name`` parametrizes a test over the fake and local backends,
+``program_backend`` over all four.
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ async def leftovers(name: str, backend: FakeBackend | str, tag: str) -> int:
         return len(await s.list([tag]))
 
 
-@pytest.fixture(params=["fake", "local", "kubernetes"])
+@pytest.fixture(params=["fake", "local", "kubernetes", "coreweave"])
 async def program_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend | str]:
-    """A backend that really runs programs: the fake (on the host), local, or Kubernetes (the API test server)."""
+    """A backend that really runs programs: the fake (on the host), local, Kubernetes (the API test server),
+    or CoreWeave (its gRPC test server, which runs each exec in a local sandbox)."""
     name: str = request.param
     if name == "fake":
         yield fake()
@@ -75,6 +77,21 @@ async def program_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backe
         if problem is not None:
             pytest.skip(f"local backend not available: {problem}")
         yield "local"
+    elif name == "coreweave":
+        pytest.importorskip("cwsandbox", reason="the coreweave extra (cwsandbox, grpcio) is not installed")
+        problem = await local_problem()
+        if problem is not None:
+            pytest.skip(f"the CoreWeave test server runs execs in local sandboxes: {problem}")
+        from coreweave.server import CoreWeaveTestServer
+
+        from cwsandbox_async.backends.coreweave import CoreWeaveBackend
+
+        async with CoreWeaveTestServer() as cw_server:
+            cw = CoreWeaveBackend(base_url=cw_server.url, ready_poll_seconds=0.02)
+            try:
+                yield cw
+            finally:
+                await cw.aclose()
     else:
         if not BWRAP:
             pytest.skip("the Kubernetes test server runs pod commands in bubblewrap (unavailable)")

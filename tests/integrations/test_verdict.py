@@ -19,6 +19,7 @@ import pytest
 from cwsandbox_async import (
     ExecResult,
     SandboxBackendUnavailableError,
+    SandboxFileError,
     SandboxNotRunningError,
     SandboxTerminatedError,
     SandboxTimeoutError,
@@ -30,6 +31,7 @@ from cwsandbox_async.integrations._harness import MARKER_PREFIX, harness_run
 from cwsandbox_async.integrations._run import run_python
 from cwsandbox_async.integrations.art import run_tool
 from cwsandbox_async.integrations.trl import code_reward
+from cwsandbox_async.testing import FakeBackend
 
 from .conftest import fake, local_problem
 
@@ -312,12 +314,13 @@ BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() 
 async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) -> None:
     """Issue 13's case: many programs that each need 1 s of CPU, at once, with a 2.5 s timeout on a few cores."""
     async with Session(backend="local") as session, session.sandbox() as sb:
-        probe = await sb.run_python("pass")
-        if probe.cpu_wait_seconds is None or probe.sandbox_cpu_seconds is None:
-            pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
         with pytest.raises(SandboxTimeoutError) as info:
             await sb.run_python("import time\ntime.sleep(30)", timeout_seconds=1)
-        assert not info.value.infrastructure and info.value.result is not None and not info.value.result.starved
+        sleeper = info.value.result
+        assert sleeper is not None
+        if sleeper.cpu_wait_seconds is None or sleeper.sandbox_cpu_seconds is None:
+            pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
+        assert not info.value.infrastructure and not sleeper.starved  # it slept: its own timeout
     n = 8 * (os.cpu_count() or 2)  # about a quarter of a CPU each
     reward = code_reward(pool_size=0, limit=n, timeout_seconds=2.5, verbose=False)
     try:
@@ -330,3 +333,91 @@ async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) ->
     # each got at most cores/n of a CPU: those that timed out were starved, and are not scored
     assert 0.0 not in rewards, rewards
     assert stats.starved == rewards.count(None) and stats.starved >= n // 2
+
+
+@pytest.mark.parametrize("program_backend", ["fake", "kubernetes", "coreweave"], indirect=True)
+async def test_the_submission_runs_alone(program_backend: Backend | str) -> None:
+    """A process the episode left running cannot write into the submission's output: it is killed first."""
+    async with Session(backend=program_backend) as session, session.sandbox() as sb:
+        async with sb.process(["sh", "-c", "echo started; exec sleep 30"]) as leftover:
+            with anyio.fail_after(10):
+                if isinstance(program_backend, FakeBackend):  # the fake streams output only at the end
+                    while not program_backend.exec_in_flight:  # noqa: ASYNC110 - the fake's own counter
+                        await anyio.sleep(0.01)
+                else:
+                    assert b"started" in await leftover.stdout.receive()
+                res = await run_tool(sb, submit(RIGHT), tests=TESTS)
+                assert res.passed is True
+                ended = await leftover.wait()
+        assert ended.returncode != 0  # killed, long before its 30 s
+
+
+#: Busy daemons (double-forked out of the exec's process group) that make the main program wait for a CPU.
+DAEMONS = (
+    "import os, time\n"
+    "for _ in range(15):\n"
+    "    if os.fork() == 0:\n"
+    "        os.setsid()\n"
+    "        if os.fork() == 0:\n"
+    "            end = time.monotonic() + 8\n"
+    "            while time.monotonic() < end:\n"
+    "                pass\n"
+    "        os._exit(0)\n"
+    "while True:\n"
+    "    pass\n"
+)
+
+
+async def test_its_own_busy_processes_never_make_a_timeout_starved(local_only: None) -> None:
+    """The double-fork attack, and a busy process the episode started earlier in the same sandbox: they
+    make the program wait for a CPU, but their CPU is the sandbox's, so they can never turn its timeout
+    into "starved": whenever a lone busy loop run in the same conditions is the program's own timeout,
+    so are these."""
+    lone = "while True:\n    pass\n"
+    burners = "for i in $(seq 15); do python3 -c 'while True: pass' & done; wait"
+    results: dict[str, ExecResult] = {}
+
+    async def timed_out(sb: Any, source: str) -> ExecResult:
+        with pytest.raises(SandboxTimeoutError) as info:
+            await sb.run_python(source, timeout_seconds=2)
+        assert info.value.result is not None
+        return info.value.result
+
+    async with Session(backend="local") as session:
+        for name, source in (("before", lone), ("daemons", DAEMONS), ("after", lone)):
+            async with session.sandbox() as sb:
+                results[name] = await timed_out(sb, source)
+        async with session.sandbox() as sb, sb.process(["sh", "-c", burners], timeout_seconds=10):
+            await anyio.sleep(0.5)  # 15 busy processes of an earlier exec of this sandbox
+            results["sibling"] = await timed_out(sb, lone)
+    if any(r.cpu_wait_seconds is None or r.sandbox_cpu_seconds is None for r in results.values()):
+        pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
+    for name in ("daemons", "sibling"):
+        r = results[name]
+        # The attack ran: more than the program's own loop kept the CPUs busy (counted in the exec's tree
+        # when the agent reaped the daemons, else in the sandbox's CPU). The agent may already discount
+        # the run-queue wait such processes cause, so that wait alone is not the check.
+        used = max(r.cpu_seconds, r.sandbox_cpu_seconds or 0.0)
+        assert used >= (min(2, os.cpu_count() or 1) - 0.5) * r.wall_seconds, (name, r)
+    if results["before"].starved and results["after"].starved:
+        pytest.skip(f"the machine is too loaded here: even a lone busy loop was starved ({results['before']})")
+    assert not results["daemons"].starved, results["daemons"]
+    assert not results["sibling"].starved, results["sibling"]
+
+
+@pytest.mark.parametrize("program_backend", ["local", "kubernetes", "coreweave"], indirect=True)
+async def test_a_fifo_planted_where_the_driver_reads_is_a_file_error_not_a_broken_transport(
+    program_backend: Backend | str,
+) -> None:
+    """Reading or replacing a FIFO blocks until its deadline; that must not look like the platform failing."""
+    async with Session(backend=program_backend) as session, session.sandbox() as sb:
+        assert (await sb.exec(["mkfifo", "/tmp/trap"])).ok
+        with anyio.fail_after(20):
+            with pytest.raises(SandboxFileError) as read:
+                await sb.read_file("/tmp/trap", timeout_seconds=10)
+            with pytest.raises(SandboxFileError) as write:
+                await sb.write_file("/tmp/trap", b"data", timeout_seconds=10)
+            tool = await run_tool(sb, {"name": "read_file", "arguments": json.dumps({"path": "/tmp/trap"})})
+        assert not read.value.infrastructure and not write.value.infrastructure
+        assert not tool.ok and tool.observation.startswith("Error: read_file failed")
+        assert (await sb.exec(["true"])).ok  # the sandbox is fine

@@ -321,3 +321,14 @@ async def test_proxy_url_carries_rest_and_exec(certs: Certs, tmp_path: Path, no_
             assert r.stdout == b"via proxy\n"
         assert seen and set(seen) == {f"127.0.0.1:{server.port}"}
         assert len(seen) >= 2  # REST connections and the exec upgrade (upgraded sockets are never pooled)
+
+
+async def test_unusable_tls_material_is_the_callers_configuration(tmp_path: Path, no_env: None) -> None:
+    junk = tmp_path / "ca.pem"
+    junk.write_bytes(b"-----BEGIN CERTIFICATE-----\njunk\n-----END CERTIFICATE-----\n")
+    cluster = {"certificate-authority-data": b64(junk)}
+    bad = kubeconfig(tmp_path / "config", "https://127.0.0.1:1", {"token": "x"}, cluster=cluster)
+    async with backend_for(kubeconfig=str(bad), max_retries=0) as backend:
+        with pytest.raises(SandboxBackendUnavailableError) as info:
+            await backend.list([])
+    assert not info.value.infrastructure, info.value

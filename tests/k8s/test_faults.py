@@ -102,8 +102,13 @@ async def test_rejected_credentials_are_backend_unavailable(make_backend: Backen
     await server.start()
     try:
         backend = make_backend(server=server.url, token="wrong")
-        with pytest.raises(SandboxBackendUnavailableError, match="401"):
+        with pytest.raises(SandboxBackendUnavailableError, match="401") as info:
             await backend.list([])
+        assert not info.value.infrastructure  # the caller's credentials, not the platform
+        await backend.aclose()
+        with pytest.raises(SandboxBackendUnavailableError, match="closed") as closed:
+            await backend.list([])
+        assert not closed.value.infrastructure  # using a closed backend: the caller's mistake
     finally:
         await server.stop()
 
@@ -318,15 +323,21 @@ async def test_set_lifetime_patches_the_hard_ttl(k8s_server: KubeTestServer, mak
 async def test_forbidden_is_typed_by_what_was_refused(k8s_server: KubeTestServer, make_backend: BackendFactory) -> None:
     backend = make_backend()
     k8s_server.add_fault("status", method="GET", path=r"/pods$", status=403)
-    with pytest.raises(SandboxBackendUnavailableError, match="RBAC"):
+    with pytest.raises(SandboxBackendUnavailableError, match="RBAC") as rbac:
         await backend.list([])
+    assert not rbac.value.infrastructure  # the caller's RBAC rules
     async with session(backend) as s:
         k8s_server.add_fault("status", method="POST", status=403)  # e.g. admission: PodSecurity, quota
         with pytest.raises(SandboxCreationError) as info:
             await s.sandbox()
-        assert info.value.reason == "Forbidden"
+        assert info.value.reason == "Forbidden" and info.value.infrastructure  # refused for now: the platform's
+        k8s_server.add_fault("status", method="POST", status=422)  # the spec asked for is invalid
+        with pytest.raises(SandboxCreationError) as invalid:
+            await s.sandbox()
+        assert not invalid.value.infrastructure  # the caller's spec
         sb = await s.sandbox()
         k8s_server.add_fault("status", method="GET", path=r"/exec$", status=403)
-        with pytest.raises(SandboxBackendUnavailableError, match="pods/exec"):
+        with pytest.raises(SandboxBackendUnavailableError, match="pods/exec") as exec_rbac:
             await sb.exec(["true"])
+        assert not exec_rbac.value.infrastructure  # the caller's RBAC rules
     await wait_no_pods(k8s_server)

@@ -30,6 +30,8 @@ def __getattr__(name: str) -> Any:
         try:
             from ._backend import CoreWeaveBackend
         except ImportError as exc:  # grpcio or cwsandbox missing
-            raise SandboxBackendUnavailableError(f"the coreweave backend cannot load ({exc}); {EXTRA_HINT}") from exc
+            raise SandboxBackendUnavailableError(
+                f"the coreweave backend cannot load ({exc}); {EXTRA_HINT}", infrastructure=False
+            ) from exc
         return CoreWeaveBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

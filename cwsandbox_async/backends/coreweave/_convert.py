@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from ..._types import SandboxInfo, SandboxSpec, SandboxStatus
+from .._shared import pid_alive
 from ._exec import KEEPALIVE
 from ._options import CoreWeaveOptions
 
@@ -78,7 +79,7 @@ def sandbox_info(sandbox: Any, backend: str) -> SandboxInfo:
     host = ann.get(ANNOTATION_PREFIX + "owner-host", "")
     alive: bool | None = None
     if pid.isdigit() and host == socket.gethostname():
-        alive = _pid_alive(int(pid))
+        alive = pid_alive(int(pid))
     return SandboxInfo(
         sandbox_id=library_id(sandbox),
         tags=user_tags(sandbox.spec.tags),
@@ -90,14 +91,6 @@ def sandbox_info(sandbox: Any, backend: str) -> SandboxInfo:
         backend=backend,
     )
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

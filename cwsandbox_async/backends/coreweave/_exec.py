@@ -133,6 +133,14 @@ class ExecOutcome:
         return ExecExit(rc, out, err, wall, timed_out=timed_out, truncated=truncated, cpu_exceeded=cpu_exceeded)
 
 
+def _failed(out: ExecOutcome, exc: RpcError) -> None:
+    """Record a failed exec RPC: our own deadline passing is the command's timeout, anything else an error."""
+    if exc.failure.code.name == "DEADLINE_EXCEEDED" and exc.failure.reason is None:
+        out.deadline_hit = True
+    else:
+        out.error = exc
+
+
 def _deadline(request: ExecRequest, slack: float) -> float:
     return request.timeout_seconds + slack
 
@@ -150,10 +158,7 @@ async def run_unary(
     try:
         resp = await channel.unary("Exec", msg, deadline=_deadline(request, slack), idempotent=False)
     except RpcError as exc:
-        if exc.failure.code.name == "DEADLINE_EXCEEDED" and exc.failure.reason is None:
-            out.deadline_hit = True
-        else:
-            out.error = exc
+        _failed(out, exc)
         return out
     out.stdout += resp.stdout
     out.stderr += resp.stderr
@@ -209,8 +214,5 @@ async def run_stream(
                         if out.exit_code is None:
                             out.exit_code = 128 + 9  # the service ended the command's output
     except RpcError as exc:
-        if exc.failure.code.name == "DEADLINE_EXCEEDED" and exc.failure.reason is None:
-            out.deadline_hit = True
-        else:
-            out.error = exc
+        _failed(out, exc)
     return out

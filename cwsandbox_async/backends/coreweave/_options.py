@@ -9,7 +9,6 @@ optional entity and project). Explicit options win over the environment.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -17,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..._errors import SandboxBackendUnavailableError, SandboxValidationError
+from ..._validate import validate_number, validate_option_names, validate_optional_str
 
 __all__ = ["DEFAULT_BASE_URL", "AuthMetadata", "CoreWeaveOptions", "Endpoint"]
 
@@ -24,19 +24,6 @@ DEFAULT_BASE_URL = "https://api.cwsandbox.com"
 AUTH_MODES = ("auto", "api_key", "wandb", "none")
 EXEC_RPCS = ("auto", "unary", "stream")
 AuthMetadata = tuple[tuple[str, str], ...]
-
-
-def _number(name: str, value: object, *, integer: bool = False, allow_zero: bool = False) -> None:
-    ok_type = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
-        raise SandboxValidationError(f"{name} must be a {'whole' if integer else 'finite'} number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise SandboxValidationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-
-
-def _opt_str(name: str, value: object) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise SandboxValidationError(f"{name} must be a non-empty str or None, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +85,8 @@ class CoreWeaveOptions:
 
     def __post_init__(self) -> None:
         for name in ("base_url", "api_key", "wandb_api_key", "wandb_entity", "wandb_project", "runtime_class"):
-            _opt_str(name, getattr(self, name))
-        _opt_str("image", self.image)
+            validate_optional_str(getattr(self, name), name)
+        validate_optional_str(self.image, "image")
         if self.auth not in AUTH_MODES:
             raise SandboxValidationError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
         if self.exec_rpc not in EXEC_RPCS:
@@ -107,12 +94,12 @@ class CoreWeaveOptions:
         if self.base_url is not None:
             parse_base_url(self.base_url)
         for name in ("request_timeout_seconds", "max_retry_delay_seconds", "ready_poll_seconds"):
-            _number(name, getattr(self, name))
+            validate_number(getattr(self, name), name)
         for name in ("exec_slack_seconds", "kill_after_seconds", "file_timeout_seconds"):
-            _number(name, getattr(self, name))
+            validate_number(getattr(self, name), name)
         for name in ("max_in_flight", "max_message_bytes"):
-            _number(name, getattr(self, name), integer=True)
-        _number("max_retries", self.max_retries, integer=True, allow_zero=True)
+            validate_number(getattr(self, name), name, integer=True)
+        validate_number(self.max_retries, "max_retries", integer=True, allow_zero=True)
         if not isinstance(self.sweep_on_close, bool):
             raise SandboxValidationError("sweep_on_close must be a bool")
         ann = self.annotations
@@ -122,10 +109,7 @@ class CoreWeaveOptions:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> CoreWeaveOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise SandboxValidationError(f"unknown coreweave backend option(s): {', '.join(unknown)}")
+        validate_option_names(options, (f.name for f in fields(cls)), "coreweave backend")
         return cls(**options)
 
     # -- resolution against the environment (read at first use, not at import) ----------

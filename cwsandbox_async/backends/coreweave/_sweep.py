@@ -14,11 +14,10 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import anyio
-
-from ..._errors import SandboxError, SandboxValidationError
+from ..._errors import SandboxValidationError
 from ..._log import log
 from ..._validate import validate_tags, validate_timeout
+from .._shared import destroy_each
 from ._channel import Channel, RpcError
 from ._convert import MANAGED_TAG
 from ._errors import translate
@@ -72,17 +71,6 @@ async def sweep(
             backend.forget(v)
         log.info("coreweave sweep", tags=list(wanted), swept=len(victims), purged=True)
         return victims
-    failed: list[str] = []
-
-    async def one(sandbox_id: str) -> None:
-        try:
-            await backend.destroy(sandbox_id)
-        except SandboxError as exc:
-            failed.append(sandbox_id)
-            log.warning("coreweave sweep could not delete a sandbox", sandbox_id=sandbox_id, error=repr(exc))
-
-    async with anyio.create_task_group() as tg:
-        for v in victims:
-            tg.start_soon(one, v)
-    log.info("coreweave sweep", tags=list(wanted), swept=len(victims) - len(failed))
-    return [v for v in victims if v not in failed]
+    swept = await destroy_each(victims, backend.destroy, "coreweave")
+    log.info("coreweave sweep", tags=list(wanted), swept=len(swept))
+    return swept

@@ -22,6 +22,7 @@ from ..._errors import (
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
 from ..._validate import validate_tags, validate_timeout
+from .._shared import destroy_each
 from ..base import Backend, OutputCallback
 from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
@@ -130,7 +131,9 @@ class KubernetesBackend(Backend):
     # -- plumbing --------------------------------------------------------------
     async def _ensure(self) -> tuple[KubeClient, str]:
         if self._closed:
-            raise SandboxBackendUnavailableError("the kubernetes backend is closed")
+            raise SandboxBackendUnavailableError(
+                "the kubernetes backend is closed", infrastructure=False
+            )  # the caller's
         if self._client is None:
             if self._lock is None:
                 self._lock = anyio.Lock()
@@ -275,6 +278,9 @@ class KubernetesBackend(Backend):
                 f"the API server rejected pod {sid}: {exc.message}",
                 sandbox_id=sid,
                 reason=exc.reason or str(exc.status),
+                # 400/422: the spec the caller asked for is invalid (the caller's); 403 is admission
+                # refusing it for now (quota, capacity policy): the platform's.
+                infrastructure=exc.status == 403,
             ) from exc
         raise exc
 
@@ -342,19 +348,7 @@ class KubernetesBackend(Backend):
             now = time.time()
             names = [i.sandbox_id for i in await self.list(wanted) if now - i.created_at >= min_age]
             names = [n for n in names if include_own or n not in self._cpu_seconds]
-            failed: list[str] = []
-
-            async def delete(name: str) -> None:
-                try:
-                    await self._delete(name)
-                except SandboxError as exc:
-                    failed.append(name)
-                    log.warning("k8s sweep could not delete a pod", sandbox_id=name, error=repr(exc))
-
-            async with anyio.create_task_group() as tg:
-                for n in names:
-                    tg.start_soon(delete, n)
-            names = [n for n in names if n not in failed]
+            names = await destroy_each(names, self._delete, "k8s")
         log.info("k8s sweep", tags=list(wanted), swept=len(names))
         return names
 

@@ -112,7 +112,7 @@ def translate_transport(exc: BaseException, what: str) -> SandboxTransportError 
     if isinstance(exc, aiohttp.ClientHttpProxyError):
         return SandboxBackendUnavailableError(f"{what}: proxy refused the connection: HTTP {exc.status}")
     if isinstance(exc, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
-        return SandboxBackendUnavailableError(f"{what}: invalid URL {exc}")
+        return SandboxBackendUnavailableError(f"{what}: invalid URL {exc}", infrastructure=False)
     if isinstance(exc, aiohttp.WSServerHandshakeError):
         return KubeApiError(
             f"{what}: WebSocket upgrade refused: HTTP {exc.status} {exc.message}",
@@ -142,7 +142,9 @@ def _rest_client(conn: Connection) -> RESTClientObject:
     try:
         return RESTClientObject(conn.configuration)
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise SandboxBackendUnavailableError(f"bad TLS material in {conn.source}: {exc}") from exc
+        raise SandboxBackendUnavailableError(  # the caller's kubeconfig
+            f"bad TLS material in {conn.source}: {exc}", infrastructure=False
+        ) from exc
 
 
 class KubeClient:
@@ -250,14 +252,18 @@ class KubeClient:
         except KubeApiError as exc:
             if exc.status != 401 or not await self._refresh(auth):
                 if exc.status == 401:
-                    raise SandboxBackendUnavailableError(f"{what}: credentials rejected (401)") from exc
+                    raise SandboxBackendUnavailableError(
+                        f"{what}: credentials rejected (401)", infrastructure=False
+                    ) from exc
                 raise
         auth = await self._auth()
         try:
             return await send(auth)
         except KubeApiError as exc:
             if exc.status == 401:
-                raise SandboxBackendUnavailableError(f"{what}: credentials rejected after refresh (401)") from exc
+                raise SandboxBackendUnavailableError(
+                    f"{what}: credentials rejected after refresh (401)", infrastructure=False
+                ) from exc
             raise
 
     async def request(
@@ -311,7 +317,9 @@ class KubeClient:
             return await self._retrying(what, budget or 2 * self.opts.request_timeout_seconds, once)
         except KubeApiError as exc:
             if exc.status == 403 and forbidden_is_unavailable:
-                raise SandboxBackendUnavailableError(f"{exc.message} (check the RBAC rules; see the README)") from exc
+                raise SandboxBackendUnavailableError(  # the caller's RBAC configuration
+                    f"{exc.message} (check the RBAC rules; see the README)", infrastructure=False
+                ) from exc
             raise
 
     @asynccontextmanager

@@ -52,7 +52,7 @@ _CONFIG_ERRORS = (ConfigException, OSError, ValueError, KeyError, TypeError, yam
 
 
 def _fail(msg: str) -> SandboxBackendUnavailableError:
-    return SandboxBackendUnavailableError(f"kubernetes configuration: {msg}")
+    return SandboxBackendUnavailableError(f"kubernetes configuration: {msg}", infrastructure=False)  # the caller's
 
 
 @dataclass
@@ -82,7 +82,9 @@ class _TokenFile:
         try:
             token = (await anyio.Path(self.path).read_text()).strip()
         except OSError as exc:
-            raise SandboxBackendUnavailableError(f"cannot read token file {self.path}: {exc}") from exc
+            raise SandboxBackendUnavailableError(
+                f"cannot read token file {self.path}: {exc}", infrastructure=False
+            ) from exc
         cfg.api_key["BearerToken"] = f"Bearer {token}"
         self._read_at = time.monotonic()
 

@@ -4,8 +4,12 @@ Write: the data goes to ``head -c N > path`` on stdin (so the command ends after
 exactly N bytes on v4, which cannot half-close, and on v5 alike), then the script
 prints the file's size; the write succeeded only if the exit code is 0 *and* the size
 is N. Read: the script reports the size on stderr before ``cat``; the read succeeded
-only if exactly that many bytes arrived. A mismatch is a truncated stream
-(``SandboxTransportError``), never silently short data. The path is passed as ``$1``,
+only if exactly that many bytes arrived. A stream that ends without a status is a
+broken transport (``SandboxTransportError``, decided by the caller); with the status
+in, a size mismatch means the file changed meanwhile (the program's doing:
+``SandboxFileError``), never silently short data. Only regular files are read or
+replaced: a FIFO or device planted at the path is refused (``SandboxFileError``)
+instead of blocking until the file deadline and looking like a broken transport. The path is passed as ``$1``,
 never interpolated into the script. The image needs ``sh``, ``head``, ``cat``, ``wc``,
 ``mkdir`` and ``dirname`` (busybox is enough).
 """
@@ -17,10 +21,14 @@ from ._inpod import in_session
 
 __all__ = ["READ_SCRIPT", "WRITE_SCRIPT", "read_argv", "read_result", "write_argv", "write_result"]
 
-WRITE_SCRIPT = 'exec 3>&1; d=$(dirname -- "$1") && mkdir -p -- "$d" && head -c "$2" > "$1" && wc -c < "$1"'
+WRITE_SCRIPT = (
+    '{ [ ! -e "$1" ] || [ -f "$1" ]; } || { echo "$1: Not a regular file" >&2; exit 22; }; '
+    'exec 3>&1; d=$(dirname -- "$1") && mkdir -p -- "$d" && head -c "$2" > "$1" && wc -c < "$1"'
+)
 READ_SCRIPT = (
     'if [ -d "$1" ]; then echo "$1: Is a directory" >&2; exit 21; fi; '
     '[ -e "$1" ] || { echo "$1: No such file or directory" >&2; exit 2; }; '
+    '[ -f "$1" ] || { echo "$1: Not a regular file" >&2; exit 22; }; '
     '[ -r "$1" ] || { echo "$1: Permission denied" >&2; exit 13; }; '
     's=$(wc -c < "$1") || exit 5; echo "$s" >&2; '
     '[ "$s" -le "$2" ] || exit 27; exec cat -- "$1"'
@@ -49,9 +57,11 @@ def write_result(sandbox_id: str, path: str, size: int, returncode: int, stdout:
         written = int(stdout.strip() or b"-1")
     except ValueError:
         written = -1
-    if written != size:
-        raise SandboxTransportError(
-            f"write of {path} was truncated: {written} of {size} bytes arrived", sandbox_id=sandbox_id
+    if written != size:  # every byte arrived (head ended, the status came): the file changed meanwhile
+        raise SandboxFileError(
+            f"{path} changed while it was being written ({written} of {size} bytes there)",
+            sandbox_id=sandbox_id,
+            path=path,
         )
 
 
@@ -71,8 +81,8 @@ def read_result(
         raise SandboxTransportError(f"read of {path}: no size reported", sandbox_id=sandbox_id) from None
     if truncated or len(stdout) > size:
         raise SandboxFileError(f"{path} grew while it was being read", sandbox_id=sandbox_id, path=path)
-    if len(stdout) < size:
-        raise SandboxTransportError(
-            f"read of {path} was truncated: {len(stdout)} of {size} bytes arrived", sandbox_id=sandbox_id
+    if len(stdout) < size:  # cat ended and its status came: the file shrank while it was being read
+        raise SandboxFileError(
+            f"{path} shrank while it was being read ({len(stdout)} of {size} bytes)", sandbox_id=sandbox_id, path=path
         )
     return stdout

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import socket
 from typing import Any
 from urllib.parse import quote
 
 from ..._types import SandboxInfo
+from .._shared import pid_alive
 from ._client import KubeClient
 from ._manifest import HOST_ANNOTATION, PID_ANNOTATION, SESSION_LABEL, tags_of
 from ._podstate import view
@@ -50,13 +50,7 @@ def _owner_alive(annotations: dict[str, Any], pid: int | None) -> bool | None:
     """Whether the driver that made the pod still runs: known only when it ran on this host."""
     if pid is None or annotations.get(HOST_ANNOTATION) != socket.gethostname()[:253]:
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def sandbox_info(pod: dict[str, Any], backend: str) -> SandboxInfo:

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..._errors import SandboxValidationError
+from ..._validate import validate_number, validate_option_names, validate_optional_str
 
 __all__ = ["TIMEOUT_DEFAULTS", "KubernetesOptions"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-
-
-def _positive(name: str, value: object, *, integer: bool = False, allow_zero: bool = False) -> None:
-    ok_type = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
-        raise SandboxValidationError(f"{name} must be a {'whole' if integer else 'finite'} number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise SandboxValidationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-
-
-def _opt_str(name: str, value: object) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise SandboxValidationError(f"{name} must be a non-empty str or None, got {value!r}")
 
 
 #: The timeouts and budgets (seconds) and their defaults. ``None`` means the default; a value
@@ -140,10 +127,10 @@ class KubernetesOptions:
 
     def __post_init__(self) -> None:
         for name in ("namespace", "kubeconfig", "context", "server", "token", "token_file", "ca_file"):
-            _opt_str(name, getattr(self, name))
+            validate_optional_str(getattr(self, name), name)
         for name in ("client_cert_file", "client_key_file", "tls_server_name", "proxy_url", "image"):
-            _opt_str(name, getattr(self, name))
-        _opt_str("runtime_class_name", self.runtime_class_name)
+            validate_optional_str(getattr(self, name), name)
+        validate_optional_str(self.runtime_class_name, "runtime_class_name")
         if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
             raise SandboxValidationError(f"namespace {self.namespace!r} is not a valid Kubernetes name")
         if self.image_pull_policy is not None and self.image_pull_policy not in _PULL_POLICIES:
@@ -159,15 +146,15 @@ class KubernetesOptions:
         for name, default in TIMEOUT_DEFAULTS.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
-            _positive(name, getattr(self, name))
+            validate_number(getattr(self, name), name)
         if self.unschedulable_grace_seconds is None:
             object.__setattr__(self, "unschedulable_grace_seconds", 0.0)
-        _positive("qps", self.qps)
+        validate_number(self.qps, "qps")
         for name in ("burst", "max_in_flight", "watch_timeout_seconds"):
-            _positive(name, getattr(self, name), integer=True)
+            validate_number(getattr(self, name), name, integer=True)
         for name in ("run_as_user", "run_as_group", "max_retries", "termination_grace_seconds"):
-            _positive(name, getattr(self, name), integer=True, allow_zero=True)
-        _positive("unschedulable_grace_seconds", self.unschedulable_grace_seconds, allow_zero=True)
+            validate_number(getattr(self, name), name, integer=True, allow_zero=True)
+        validate_number(self.unschedulable_grace_seconds, "unschedulable_grace_seconds", allow_zero=True)
         if self.run_as_user == 0:
             raise SandboxValidationError("run_as_user must not be 0: sandboxes run as non-root (runAsNonRoot)")
         for name in ("node_selector", "labels", "annotations"):
@@ -192,8 +179,5 @@ class KubernetesOptions:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> KubernetesOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise SandboxValidationError(f"unknown kubernetes backend option(s): {', '.join(unknown)}")
+        validate_option_names(options, (f.name for f in fields(cls)), "kubernetes backend")
         return cls(**options)

@@ -138,9 +138,10 @@ class PodRunner:
 
     async def _diagnose(self, sandbox_id: str, exc: KubeApiError) -> SandboxError:
         if exc.status == 403:
-            return SandboxBackendUnavailableError(
+            return SandboxBackendUnavailableError(  # the caller's RBAC rules
                 f"exec into {sandbox_id} forbidden: grant get and create on pods/exec ({exc.message})",
                 sandbox_id=sandbox_id,
+                infrastructure=False,
             )
         try:
             with anyio.fail_after(self.o.request_timeout_seconds):
