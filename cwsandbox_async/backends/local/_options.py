@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..._errors import SandboxValidationError
 from ..._types import Resources
+from ..._validate import validate_option_names
 
 __all__ = [
     "AGENT_KINDS",
@@ -60,10 +61,7 @@ class LocalOptions:
 
     def with_settings(self, **settings: float | None) -> LocalOptions:
         """A copy with ``settings`` (field names) replaced; ``SandboxValidationError`` for unknown names."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(settings) - names)
-        if unknown:
-            raise SandboxValidationError(f"unknown LocalBackend option(s): {', '.join(unknown)}")
+        validate_option_names(settings, (f.name for f in dataclasses.fields(self)), "LocalBackend")
         return dataclasses.replace(self, **settings) if settings else self
 
     def _get(self, name: str) -> float:
