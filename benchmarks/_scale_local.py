@@ -24,12 +24,12 @@ from ._common import summary
 CREATE_LIMIT = 16
 #: Execs and stops in flight at once.
 EXEC_LIMIT = 64
-#: Seconds to let every agent settle (spare worker forked, pages touched) before measuring.
+#: Seconds to let every sandbox settle (pages touched) before measuring.
 SETTLE_SECONDS = 2.0
 #: A bare interpreter that says it is up, then idles until its stdin closes.
 READY = "import sys;sys.stdout.write('r');sys.stdout.flush();sys.stdin.read()"
-#: Depth in a sandbox's process tree -> role (the agent is the sandbox's first process, born from the template).
-ROLES = {0: "agent", 1: "template and workers", 2: "commands"}
+#: Depth in a sandbox's process tree -> role (the agent is the sandbox's PID 1, born from the template).
+ROLES = {0: "agent", 1: "commands", 2: "their children"}
 
 
 def ms(stats: dict[str, float]) -> dict[str, float]:
@@ -266,7 +266,7 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
 
         print(f"exec(['true']) in each of the {len(sandboxes)} sandboxes, twice, {EXEC_LIMIT} at a time", flush=True)
         work: list[Callable[[], Awaitable[Any]]] = [functools.partial(sb.exec, ["true"]) for sb in sandboxes]
-        for key, what in (("exec", "first exec (the agent also forks a spare worker)"), ("exec_again", "second exec")):
+        for key, what in (("exec", "first exec"), ("exec_again", "second exec")):
             execs, wall, cpu = await timed_gather(work, EXEC_LIMIT)
             bad_rc = sum(1 for o in execs if o.ok and o.value is not None and o.value.returncode != 0)
             out[key] = {
@@ -285,11 +285,8 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
             )
         await anyio.sleep(SETTLE_SECONDS)
         soon = memory_report(await anyio.to_thread.run_sync(ps.measure_trees, roots), k)
-        trim = float(backend.options.worker_idle_trim)
-        await anyio.sleep(trim + 1.0 - SETTLE_SECONDS if trim else 0)
-        after = memory_report(await anyio.to_thread.run_sync(ps.measure_trees, roots), k)
-        out["after_exec"] = {"memory_soon": soon, "memory": after, "worker_idle_trim_s": trim}
-        for label, m in ((f"{SETTLE_SECONDS:.0f} s after", soon), (f"{SETTLE_SECONDS + trim:.0f} s after", after)):
+        out["after_exec"] = {"memory_soon": soon}
+        for label, m in ((f"{SETTLE_SECONDS:.0f} s after", soon),):
             print(
                 f"  {label} the execs, per sandbox: PSS {m['pss_mib']:.2f} MiB over {m['processes']:.2f} processes; "
                 "by role: " + ", ".join(f"{r} {v['pss_mib']:.2f}" for r, v in m["by_role"].items()),
@@ -336,7 +333,7 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
         "local creates/s vs bare python": round(out["create"]["per_s"] / host["create_per_s"], 3),
         "idle PSS MiB/sandbox": pss,
         "idle PSS vs bare python": round(pss / host["memory"]["pss_mib"], 3),
-        "PSS MiB/sandbox after its execs": after["pss_mib"],
+        "PSS MiB/sandbox after its execs": soon["pss_mib"],
         "driver threads at peak": alive["threads"],
         "exec ok": out["exec"]["ok"],
         "exec ok (second round)": out["exec_again"]["ok"],

@@ -10,6 +10,9 @@ path: cgroups, registry, birth from the template, the agent's hello), each sandb
 
     python -m benchmarks.bench_birth [--quick]
 
+Also prints where a birth's time goes (``STEPS``: medians of the time between consecutive
+``time.monotonic()`` stamps, the driver's from ``_born`` and the sandbox's from its hello; the
+driver's cgroup and registry work runs beside the template's fork).
 Writes ``benchmarks/out/birth.json`` (headline: ``create_p50_ratio``, ``create_p99_ratio``).
 """
 
@@ -78,6 +81,39 @@ class Baseline:
         return float(line)
 
 
+#: (name, from stamp, to stamp) of a birth's steps; "d:" stamps are the driver's, "s:" the sandbox's.
+STEPS = (
+    ("driver asks the template to fork", "d:start", "d:fork_sent"),
+    ("template forks the newborn", "d:fork_sent", "s:c_forked"),
+    ("driver: registry, cgroups, their fds (thread)", "d:start", "d:prepared"),
+    ("newborn waits for its configuration", "s:c_forked", "s:c_configured"),
+    ("newborn joins cgroups, enters namespaces", "s:c_configured", "s:c_entered"),
+    ("newborn forks PID 1", "s:c_entered", "s:g_forked"),
+    ("PID 1: mounts, hostname, read-only root", "s:g_forked", "s:g_mounted"),
+    ("PID 1: capabilities, keyring, seccomp", "s:g_mounted", "s:hardened"),
+    ("PID 1: its loop, hello sent", "s:hardened", "s:hello"),
+    ("hello reaches the driver", "s:hello", "d:hello"),
+    ("driver: ready", "d:hello", "d:running"),
+    ("total", "d:start", "d:running"),
+)
+
+
+def birth_stamps(session: cwa.Session, sb: cwa.Sandbox) -> dict[str, float]:
+    """The driver's and the sandbox's stamps of one birth (a peek into the local backend)."""
+    box = session.backend._boxes[sb.sandbox_id]  # type: ignore[attr-defined]
+    hello = (box.channel.hello or {}).get("stamps") or {}
+    return {**{f"d:{k}": v for k, v in box.stamps.items()}, **{f"s:{k}": v for k, v in hello.items()}}
+
+
+def breakdown(stamps: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, a, b in STEPS:
+        values = [s[b] - s[a] for s in stamps if a in s and b in s]
+        if values:
+            out[name] = round(percentile(values, 50) * 1e3, 3)
+    return out
+
+
 def stats_ms(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -95,6 +131,7 @@ async def main() -> None:
         await (await session.sandbox()).stop()  # the template starts here, once: not timed
         ours: list[float] = []
         base: list[float] = []
+        stamps: list[dict[str, float]] = []
         async with Baseline(python) as baseline:
             for _ in range(5):  # warm-up
                 await baseline.once()
@@ -102,6 +139,7 @@ async def main() -> None:
                 t = time.perf_counter()
                 sb = await session.sandbox()
                 ours.append(time.perf_counter() - t)
+                stamps.append(birth_stamps(session, sb))
                 await sb.stop()
                 base.append(await baseline.once())
     load = os.getloadavg()
@@ -110,6 +148,7 @@ async def main() -> None:
         "load_average": [round(x, 2) for x in load],
         "create_ms": stats_ms(ours),
         "baseline_ms": stats_ms(base),
+        "steps_p50_ms": breakdown(stamps),
         "headline": {
             "create_p50_ratio": round(percentile(ours, 50) / percentile(base, 50), 2),
             "create_p99_ratio": round(percentile(ours, 99) / percentile(base, 99), 2),
@@ -118,6 +157,8 @@ async def main() -> None:
     path = write_json("birth", result)
     print(f"create       {result['create_ms']}")
     print(f"baseline     {result['baseline_ms']}")
+    for name, value in result["steps_p50_ms"].items():
+        print(f"  {name:48s} p50 {value:7.3f} ms")
     print(f"ratios       {result['headline']}  (load {result['load_average']})  -> {path}")
 
 

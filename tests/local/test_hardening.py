@@ -56,6 +56,12 @@ for flag in ("NEWUSER", "NEWNS", "NEWNET", "NEWPID"):
     out["unshare " + flag] = call(M["unshare"], M["flags"][flag])
     out["clone " + flag] = call(M["clone"], M["flags"][flag] | 17, 0, 0, 0, 0)
 out["clone3"] = call(M["clone3"], 0, 0)
+rc = libc.syscall(ctypes.c_long(M["clone"]), ctypes.c_long(0x8000 | 17), 0, 0, 0, 0)  # CLONE_PARENT
+if rc == 0:
+    os._exit(0)  # a sibling outside this exec's tree (the filter let it through)
+out["clone CLONE_PARENT"] = 0 if rc > 0 else ctypes.get_errno()
+out["subreaper on"] = call(M["prctl"], 36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: narrowing is fine
+out["prctl PR_SET_CHILD_SUBREAPER 0"] = call(M["prctl"], 36, 0, 0, 0, 0)  # leaving: denied
 out["personality 0x0040000"] = call(M["personality"], 0x0040000)  # READ_IMPLIES_EXEC
 import threading, subprocess
 t = threading.Thread(target=lambda: None)
@@ -78,6 +84,7 @@ def probe_args() -> str:
             "clone": seccomp.CLONE[COL],
             "clone3": seccomp.CLONE3[COL],
             "personality": seccomp.PERSONALITY[COL],
+            "prctl": seccomp.PRCTL[COL],
             "flags": FLAGS,
         }
     )
@@ -95,7 +102,7 @@ async def test_seccomp_denies_the_documented_calls_and_nothing_ordinary(tag: str
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out.pop("mode") == 2
-        assert (out.pop("thread"), out.pop("subprocess"), out.pop("fork")) == (0, 0, 0)
+        assert (out.pop("thread"), out.pop("subprocess"), out.pop("fork"), out.pop("subreaper on")) == (0, 0, 0, 0)
         assert out.pop("clone3") == errno.ENOSYS  # the C library then falls back to clone, checked by flags
         wrong = {name: errno.errorcode.get(e, e) for name, e in out.items() if e != errno.EPERM}
         assert not wrong, f"not denied with EPERM: {wrong}"
@@ -208,8 +215,8 @@ def test_the_filter_program_is_well_formed() -> None:
 def test_a_bad_setting_is_refused_at_boot() -> None:
     from cwsandbox_async.backends.local.agent.settings import Settings
 
-    assert Settings({"backstop": 2}).backstop == 2.0
-    for bad in ({"nope": 1}, {"backstop": 0}, {"backstop": float("nan")}, {"ack_timeout": True}):
+    assert Settings({"leftover_grace": 2}).leftover_grace == 2.0
+    for bad in ({"nope": 1}, {"leftover_grace": 0}, {"exclusive_wait": float("nan")}, {"sample_interval": True}):
         with pytest.raises(ValueError, match="setting"):
             Settings(bad)
 
@@ -226,7 +233,7 @@ async def test_the_doctor_probes_report_every_protection(tag: str) -> None:
         "SysV IPC bounded",
         "read-only empty HOME",
         "clean run_python memory",
-        "stopped worker replaced",
+        "timeout holds against its supervisor",
     ]
     bad = [(name, status, detail) for name, status, detail, _ in checks if status != "ok"]
     assert not bad, bad

@@ -221,7 +221,7 @@ async def test_bad_inputs_are_validation_errors(tag: str) -> None:
         {"isolation": "bwrap", "agent": "python"},
         {"cpu_weight": 0},
         {"exit_grace_seconds": 0},
-        {"worker_idle_trim_seconds": -1.0},
+        {"eof_grace_seconds": -1.0},
         {"plain_file_timeout_seconds": float("nan")},
         {"no_such_option": 1.0},
     ]
@@ -229,7 +229,7 @@ async def test_bad_inputs_are_validation_errors(tag: str) -> None:
         with pytest.raises(cwa.SandboxValidationError):
             load_backend("local", **options)
     assert LocalBackend(exit_grace_seconds=None).options.exit_grace == 0.5  # None: the default
-    assert LocalBackend(worker_idle_trim_seconds=math.inf).options.worker_idle_trim == math.inf
+    assert LocalBackend(eof_grace_seconds=math.inf).options.eof_grace == math.inf
     backend = LocalBackend()
     with pytest.raises(cwa.SandboxValidationError):
         await backend.create(

@@ -61,6 +61,17 @@ async def sandbox(backend: LocalBackend, tag: str, **overrides: Any) -> AsyncIte
 
 
 BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
+#: A busy daemon, double-forked away from the program, which itself only sleeps.
+DOUBLE_FORK = (
+    "import os, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        t = time.monotonic()\n"
+    "        while time.monotonic() - t < 30: pass\n"
+    "    os._exit(0)\n"
+    "time.sleep(15)\n"
+)
 
 
 # -- OOM ------------------------------------------------------------------------------------------
@@ -99,6 +110,9 @@ async def _test_a_cpu_budget_ends_the_whole_tree(box: Box) -> None:
     r = await box.sh(f"python3 -c '{BUSY.format(s=30)}' & setsid python3 -c '{BUSY.format(s=30)}' & wait",
                      cpu_seconds=0.6, timeout=20)  # fmt: skip
     assert r.cpu_exceeded and 0.6 <= r.cpu_seconds < 3.0, r
+    # A double-forked daemon is re-parented to the command (a subreaper), not to PID 1: still sampled.
+    r = await box.py(DOUBLE_FORK, cpu_seconds=0.6, timeout=20)
+    assert r.cpu_exceeded and r.wall_seconds < 10, r
     # Sleeping costs no CPU: a budget does not end it.
     r = await box.sh("sleep 0.6; echo done", cpu_seconds=0.3)
     assert (r.returncode, r.stdout, r.cpu_exceeded) == (0, b"done\n", False)

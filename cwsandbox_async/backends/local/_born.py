@@ -2,11 +2,12 @@
 
 A birth, in order (each step's failure leaves what ``stop`` can undo, recorded on the ``Box``):
 
-1. ``Template.fork``: the template forks a newborn, which waits for its configuration; meanwhile
-   one worker-thread call writes the registry entry (no pid yet, the cgroups it is about to make),
-   creates the sandbox's cgroups and opens the fds the newborn needs;
-2. ``Template.deliver``: the newborn gets its configuration and fds, joins its cgroups, enters its
-   namespaces and sends a pidfd of itself;
+1. ``Template.fork``: the template forks a newborn, which finds its birth configuration waiting
+   (sent with the request) and enters its namespaces; meanwhile one worker-thread call writes the
+   registry entry (no pid yet, the cgroups it is about to make), creates the sandbox's cgroups and
+   opens the fds the newborn needs;
+2. ``Template.deliver``: the newborn gets those fds and the agent's configuration, joins its
+   cgroups, forks the sandbox's PID 1, which sends a pidfd of itself;
 3. the channel is connected and the agent's hello awaited; meanwhile one worker-thread call writes
    the host pid (``Box.pid``) and its start time into the entry.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,7 @@ from ._link import Link
 from ._registry import Registry, proc_start_time
 from ._template import Newborn, Template, pidfd_pid
 from ._threads import Blocking
+from .agent.protocol import MAX_BIRTH_CONFIG
 
 __all__ = ["Births"]
 
@@ -41,8 +44,11 @@ __all__ = ["Births"]
 class Births:
     """Starts and stops the template-born sandboxes of one backend."""
 
-    def __init__(self, cgroups: CgroupManager, registry: Registry, ids: HostIds, blocking: Blocking) -> None:
+    def __init__(
+        self, cgroups: CgroupManager, registry: Registry, ids: HostIds, blocking: Blocking, eof_grace: float
+    ) -> None:
         self.blocking = blocking
+        self.eof_grace = eof_grace
         self.cgroups = cgroups
         self.registry = registry
         self.ids = ids
@@ -71,10 +77,16 @@ class Births:
 
         ``agent()`` gives the agent's configuration once the cgroups exist."""
         sid = box.spec.sandbox_id
+        box.stamps["start"] = time.monotonic()
         box.newborn = Newborn()
-        await template.fork(box.newborn)  # the template forks while the thread below makes the cgroups
+        first = json.dumps(birth, separators=(",", ":")).encode()
+        if len(first) > MAX_BIRTH_CONFIG:
+            raise SandboxCreationError(f"sandbox {sid}: its configuration is too large", sandbox_id=sid)
+        await template.fork(box.newborn, first)  # the newborn enters its namespaces while we make its cgroups
+        box.stamps["fork_sent"] = time.monotonic()
         try:
             named = await self.blocking(self._prepare, box, cgroup_limits)
+            box.stamps["prepared"] = time.monotonic()
         except OSError as exc:
             raise SandboxCreationError(f"sandbox {sid}: cannot prepare its cgroups: {exc}", sandbox_id=sid) from exc
         fds: list[int] = []
@@ -82,27 +94,31 @@ class Births:
         for name in ("join", "cmd_procs", "cmd_events", "sandbox_cpu"):
             index[name] = list(range(len(fds), len(fds) + len(named.get(name, []))))
             fds += named.get(name, [])
-        birth = {
-            **birth,
+        second = {
             "join": index["join"],
             "fds": {
                 "cmd_procs": index["cmd_procs"],
                 "cmd_events": index["cmd_events"][0] if index["cmd_events"] else None,
                 "sandbox_cpu": index["sandbox_cpu"][0] if index["sandbox_cpu"] else None,
             },
+            "agent": agent(),
         }
-        body = json.dumps({"birth": birth, "agent": agent()}, separators=(",", ":")).encode()
+        body = json.dumps(second, separators=(",", ":")).encode()
         try:
-            await template.deliver(box.newborn, len(body).to_bytes(4, "big") + body, fds)
+            if len(body) > MAX_BIRTH_CONFIG:
+                raise SandboxCreationError(f"sandbox {sid}: its configuration is too large", sandbox_id=sid)
+            await template.deliver(box.newborn, body, fds)
+            box.stamps["born"] = time.monotonic()
         finally:
             for fd in fds:
                 os.close(fd)
-        box.link = Link(sid, box.newborn)
+        box.link = Link(sid, box.newborn, self.blocking, self.eof_grace)
         box.channel = box.link.channel
         await box.link.open()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.blocking, self._record_pid, box)  # off the critical path
             await box.channel.ready.wait()
+            box.stamps["hello"] = time.monotonic()
         if box.channel.hello is None:
             await box.link.exited.wait()  # the agent closed its channel: it is exiting
             tail = bytes(box.channel.stderr_tail).decode("utf-8", "replace").strip()
@@ -111,6 +127,7 @@ class Births:
                 sandbox_id=sid,
                 reason="agent_start",
             )
+        box.stamps["running"] = time.monotonic()
         box.status = SandboxStatus.RUNNING
 
     def _record_pid(self, box: Box) -> None:

@@ -43,9 +43,22 @@ class Box:
     workspace: str | None = None
     entry: dict[str, Any] = field(default_factory=dict)
     rlimits: dict[str, int] = field(default_factory=dict)
+    #: Every exec's environment before its own ``env`` (the sandbox's defaults).
+    env: dict[str, str] = field(default_factory=dict)
+    #: Sandbox path prefix -> host path (``isolation="none"`` only: its workspace).
+    path_map: list[tuple[str, str]] = field(default_factory=list)
+    #: ``time.monotonic()`` at the end of each step of its birth, the driver's (``_born``)
+    stamps: dict[str, float] = field(default_factory=dict)
     status: SandboxStatus = SandboxStatus.CREATING
     stopping: bool = False
     stopped: anyio.Event = field(default_factory=anyio.Event)
+
+    def map_path(self, path: str) -> str:
+        """``path`` as the agent sees it (through ``path_map``)."""
+        for inside, outside in self.path_map:
+            if path == inside or path.startswith(inside.rstrip("/") + "/"):
+                return outside + path[len(inside.rstrip("/")) :]
+        return path
 
 
 class HostIds:

@@ -136,6 +136,10 @@ class SandboxCgroup:
     events: str | None = None
     #: CPU time of the whole sandbox: v1 ``cpuacct.usage`` (ns), v2 ``cpu.stat`` (``usage_usec``).
     cpu_usage: str | None = None
+    #: The file a single-threaded process writes ``0`` into to join a group: v1 ``tasks`` (moving one
+    #: thread, the kernel takes no global lock; ``cgroup.procs`` takes the threadgroup rwsem for write,
+    #: which waits for an RCU grace period, 10-30 ms here, when it was idle), v2 ``cgroup.procs``.
+    join_file: str = "cgroup.procs"
     enforced: dict[str, str] = field(default_factory=dict)
 
     def attach(self, pid: int) -> None:
@@ -144,14 +148,14 @@ class SandboxCgroup:
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def open_fds(self) -> dict[str, list[int]]:
-        """Fds for the newborn, by name: ``join`` (write-only ``cgroup.procs`` of the agent's groups),
+        """Fds for the newborn, by name: ``join`` (write-only ``join_file`` of the agent's groups),
         ``cmd_procs`` (the same for the commands' groups), ``cmd_events`` (the commands' OOM counters)
         and ``sandbox_cpu`` (the sandbox's CPU time), read-only; empty lists where there are none.
         All CLOEXEC; the caller closes them. ``OSError`` on failure (nothing left open)."""
         out: dict[str, list[int]] = {"join": [], "cmd_procs": [], "cmd_events": [], "sandbox_cpu": []}
         wanted = [
-            *(("join", os.path.join(p, "cgroup.procs"), os.O_WRONLY) for p in self.agent_dirs),
-            *(("cmd_procs", os.path.join(p, "cgroup.procs"), os.O_WRONLY) for p in self.command_dirs),
+            *(("join", os.path.join(p, self.join_file), os.O_WRONLY) for p in self.agent_dirs),
+            *(("cmd_procs", os.path.join(p, self.join_file), os.O_WRONLY) for p in self.command_dirs),
             *((("cmd_events", self.events, os.O_RDONLY),) if self.events else ()),
             *((("sandbox_cpu", self.cpu_usage, os.O_RDONLY),) if self.cpu_usage else ()),
         ]
@@ -287,7 +291,7 @@ class CgroupManager:
         """
         if not self.parents:
             return None
-        cg = SandboxCgroup(paths=[])
+        cg = SandboxCgroup(paths=[], join_file="tasks" if self.version == "v1" else "cgroup.procs")
         try:
             if self.version == "v2":
                 self._create_v2(cg, PREFIX + sandbox_id, pids, memory_bytes, cpu)

@@ -1,195 +1,198 @@
-"""The client end of one sandbox agent: frames over the sandbox process's stdin/stdout.
+"""The driver's end of one sandbox's PID 1: orders out, reports in (see ``agent.protocol``).
 
-``AgentChannel`` is an ``asyncio.SubprocessProtocol``: the event loop hands it the
-agent's output as it arrives and it demultiplexes frames to the waiting calls by
-request id, synchronously, in the loop's own callback. No reader task, no thread
-hop: an exec costs one frame write and one event wait. Writes are whole frames on
-the pipe transport, so frames of concurrent calls never interleave; a writer
-waits only when the pipe's buffer is over its high-water mark.
+``AgentChannel`` holds the ``SOCK_SEQPACKET`` channel socket, watched with ``loop.add_reader``: the
+loop hands it each report in its own callback, and it wakes the waiting call by request id. No
+reader task, no thread hop. Per exec it writes the request (argv or source, cwd, environment) into
+a memfd and the stdin into another, creates the output pipes (``_calls.ExecCall`` reads them), and
+posts one fixed-size order with those descriptors; PID 1 never sees a request's bytes. File
+operations go the same way, to a helper PID 1 forks (the file's bytes travel in memfds). Orders are
+posted without waiting: one that finds the socket full waits in an outbox flushed when it drains.
+Payloads of ``INLINE_BYTES`` or more are written (and a read file's bytes read) in a worker thread.
 
-When the agent's output closes or its process exits, every pending call fails
-with ``SandboxNotRunningError`` (``SandboxTerminatedError`` when the backend is
-stopping the sandbox on purpose), and so does every later call. That is
-infrastructure: a program cannot end its agent -- PID 1 ignores signals from
-inside its namespace, is not dumpable, seccomp denies ``ptrace`` and
-``process_vm_*``, the agent lives outside the commands' memory limit, and a full
-pids limit only fails the execs that need a new process (``SPAWN_FAILED``).
+When the channel closes or the sandbox's first process exits, every pending call fails with
+``SandboxNotRunningError`` (``SandboxTerminatedError`` when the backend is stopping the sandbox on
+purpose), and so does every later call. That is infrastructure: a program cannot end PID 1 -- it
+ignores signals from inside its namespace, is not dumpable, seccomp denies ``ptrace`` and
+``process_vm_*``, it lives outside the commands' memory limit, and a full pids limit only fails the
+execs that need a new process (``SPAWN_FAILED``). A report that breaks the protocol is a bug of this
+library (``AgentProtocolError``), never infrastructure.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
-import contextlib
-import dataclasses
+import json
 import math
-from collections.abc import Awaitable, Callable
+import os
+import socket
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..._errors import (
-    SandboxError,
     SandboxFileError,
     SandboxNotRunningError,
     SandboxTerminatedError,
     SandboxTransportError,
 )
+from ..._log import log
 from ..._types import ExecExit, ExecRequest, StreamName
-from ._protocol import (
-    HEADER,
-    MAX_PAYLOAD,
-    R_DONE,
-    R_ERR,
-    R_FAIL,
-    R_HELLO,
-    R_OUT,
-    T_EXIT,
-    T_KILL,
-    T_PY,
-    T_READ,
-    T_WRITE,
-    pack_frame,
-    pack_meta,
-    unpack_meta,
-)
+from ._calls import Chunk, ExecCall, Report
+from ._threads import Blocking
+from .agent import protocol as p
 
 __all__ = ["AgentChannel", "AgentProtocolError"]
 
 STDERR_TAIL = 16 * 1024
-#: ``ExecExit`` has ``sandbox_cpu_seconds`` once the verdict branch's contract is merged.
-_SANDBOX_CPU = "sandbox_cpu_seconds" in {f.name for f in dataclasses.fields(ExecExit)}
-
-
-class AgentProtocolError(RuntimeError):
-    """The agent's reply broke the protocol: a bug of this library (see the module docstring)."""
-
-
-_Chunk = tuple[StreamName, bytes]
+#: Payloads this large or larger are copied into (or out of) memfds in a worker thread.
+INLINE_BYTES = 1 << 20
+_MAX_MESSAGE = 4096  # a report is 44 bytes, the hello a few hundred
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
 
 
-class _Call:
-    __slots__ = ("done", "err", "kind", "out", "payload", "stream")
-
-    def __init__(self, stream: MemoryObjectSendStream[_Chunk] | None) -> None:
-        self.done = anyio.Event()
-        self.out: list[bytes] = []
-        self.err: list[bytes] = []
-        self.kind = 0  # the final frame's type; 0 while pending or when the channel broke
-        self.payload = b""
-        self.stream = stream
-
-    def finish(self) -> None:
-        if self.stream is not None:
-            self.stream.close()
-        self.done.set()
+class AgentProtocolError(RuntimeError):
+    """PID 1's message broke the protocol: a bug of this library (see the module docstring)."""
 
 
-class AgentChannel(asyncio.SubprocessProtocol):
-    """Talks to one agent. Created by ``loop.subprocess_exec``; see the module docstring."""
+class _Pending:
+    """A call waiting for its report: an exec (``ExecCall``) or a file operation."""
 
-    def __init__(self, sandbox_id: str) -> None:
+    __slots__ = ("call", "done", "report")
+
+    def __init__(self, call: ExecCall | None) -> None:
+        self.call = call
+        self.report: Report | None = None
+        self.done = anyio.Event() if call is None else call.done
+
+
+class AgentChannel:
+    """Talks to one sandbox's PID 1 over ``sock`` (see the module docstring)."""
+
+    def __init__(self, sandbox_id: str, sock: socket.socket, blocking: Blocking, eof_grace: float) -> None:
         self.sandbox_id = sandbox_id
-        self.transport: asyncio.SubprocessTransport | None = None
-        self._stdin: asyncio.WriteTransport | None = None
-        self._buf = bytearray()
-        self._calls: dict[int, _Call] = {}
-        self._next_id = 1
+        self.sock = sock
+        self.blocking = blocking
+        self.eof_grace = eof_grace
         self.hello: dict[str, Any] | None = None
         self.ready = anyio.Event()
         self.exited = anyio.Event()
-        self.lost = anyio.Event()
         self.closed_reason: str | None = None
         self.terminating = False
         self.stderr_tail = bytearray()
-        self._writable = anyio.Event()
-        self._writable.set()
+        self._calls: dict[int, _Pending] = {}
+        self._next_id = 1
+        self._outbox: deque[tuple[bytes, list[int]]] = deque()
+        self._loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        self._loop.add_reader(sock.fileno(), self._readable)
+        self._reading = True
+        self._writing = False
+        #: Set when PID 1 broke the protocol: pending and later calls raise ``AgentProtocolError``.
+        self.violation: str | None = None
 
-    # -- asyncio callbacks -----------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        self._stdin = stdin
+    # -- the socket ------------------------------------------------------------------------------
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(_MAX_MESSAGE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.broken(f"the sandbox agent's channel failed: {exc}")
+            return
+        if not data:
+            self.broken("the sandbox agent closed its channel")
+            return
+        self._dispatch(data)
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 1:
-            self._feed(data)
-        else:
-            self.stderr_tail += data
-            del self.stderr_tail[:-STDERR_TAIL]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1:
-            self._broken("the sandbox agent closed its output")
-
-    def process_exited(self) -> None:
-        rc = self.transport.get_returncode() if self.transport is not None else None
-        self._broken(f"the sandbox process exited (status {rc})")
-        self.exited.set()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._broken("the sandbox process is gone")
-        self.lost.set()
-
-    def pause_writing(self) -> None:
-        self._writable = anyio.Event()
-
-    def resume_writing(self) -> None:
-        self._writable.set()
-
-    # -- frames in -------------------------------------------------------------
-    def _feed(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        size = HEADER.size
-        while len(buf) >= size:
-            rid, ftype, n = HEADER.unpack_from(buf)
-            if n > MAX_PAYLOAD:
-                self._broken(f"the agent sent a frame of {n} bytes")
-                self.kill()
-                return
-            end = size + n
-            if len(buf) < end:
-                return
-            payload = bytes(buf[size:end])
-            del buf[:end]
-            self._dispatch(rid, ftype, payload)
-
-    def _dispatch(self, rid: int, ftype: int, payload: bytes) -> None:
-        if ftype == R_HELLO:
+    def _dispatch(self, data: bytes) -> None:
+        if data[0] == p.R_HELLO and self.hello is None:
             try:
-                self.hello = unpack_meta(payload)[0]
+                hello = json.loads(data[1:])
             except ValueError:
-                self.hello = {}
+                hello = None
+            self.hello = hello if isinstance(hello, dict) else {}
             self.ready.set()
             return
-        call = self._calls.get(rid)
-        if call is None:
-            return  # output of a call we abandoned (cancelled)
-        if ftype in (R_OUT, R_ERR):
-            stream: StreamName = "stdout" if ftype == R_OUT else "stderr"
-            (call.out if ftype == R_OUT else call.err).append(payload)
-            if call.stream is not None:
-                call.stream.send_nowait((stream, payload))
+        if len(data) != p.REPORT.size or data[0] not in (p.R_DONE, p.R_FAIL):
+            self.violation = f"sandbox {self.sandbox_id}: PID 1 sent a malformed report ({len(data)} bytes)"
+            log.error("local sandbox protocol violation", sandbox_id=self.sandbox_id, size=len(data))
+            self.broken("the sandbox agent broke the protocol")
             return
-        del self._calls[rid]
-        call.kind = ftype
-        call.payload = payload
-        call.finish()
+        kind, note, flags, rid, rc, wall, cpu, wait, sandbox_cpu = p.REPORT.unpack(data)
+        pending = self._calls.pop(rid, None)
+        if pending is None:
+            return  # a call that was abandoned (cancelled)
+        pending.report = Report(kind, note, flags, rc, wall, cpu, wait, sandbox_cpu)
+        if pending.call is not None:
+            pending.call.on_report(pending.report)
+        else:
+            pending.done.set()
 
-    def _broken(self, reason: str) -> None:
+    def post(self, message: bytes, fds: list[int]) -> None:
+        """Send one order; it owns ``fds`` and closes them once sent (or when the channel broke)."""
+        if self.closed_reason is not None:
+            _close(fds)
+            return
+        self._outbox.append((message, fds))
+        if len(self._outbox) == 1:
+            self._flush()
+
+    def _flush(self) -> None:
+        while self._outbox:
+            message, fds = self._outbox[0]
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+            try:
+                self.sock.sendmsg([message], ancillary)
+            except BlockingIOError:
+                if not self._writing:
+                    self._writing = True
+                    self._loop.add_writer(self.sock.fileno(), self._flush)
+                return
+            except OSError as exc:
+                self.broken(f"the sandbox agent's channel failed: {exc}")  # closes the outbox's fds
+                return
+            self._outbox.popleft()
+            _close(fds)
+        if self._writing:
+            self._writing = False
+            self._loop.remove_writer(self.sock.fileno())
+
+    def broken(self, reason: str) -> None:
+        """The channel is gone: fail every pending call, now and later (idempotent)."""
         if self.closed_reason is None:
             self.closed_reason = reason
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self.sock.fileno())
+        if self._writing:
+            self._writing = False
+            self._loop.remove_writer(self.sock.fileno())
+        while self._outbox:
+            _close(self._outbox.popleft()[1])
         calls, self._calls = self._calls, {}
-        for call in calls.values():
-            call.finish()
+        for pending in calls.values():
+            if pending.call is not None:
+                pending.call.close()
+            pending.done.set()
         self.ready.set()
-        self._writable.set()
 
-    # -- frames out ------------------------------------------------------------
+    def process_exited(self) -> None:
+        """The sandbox's first process is gone (seen by ``_link``)."""
+        self.broken("the sandbox process exited")
+        self.exited.set()
+
+    def stderr_data(self, data: bytes) -> None:
+        self.stderr_tail += data
+        del self.stderr_tail[:-STDERR_TAIL]
+
+    def close(self) -> None:
+        self.broken("the channel was closed")
+        self.sock.close()
+
     @property
     def alive(self) -> bool:
         return self.closed_reason is None
@@ -203,155 +206,178 @@ class AgentChannel(asyncio.SubprocessProtocol):
             f"sandbox {self.sandbox_id} is not running: {self.closed_reason}{detail}", sandbox_id=self.sandbox_id
         )
 
-    def write_raw(self, data: bytes) -> None:
-        """Write bytes that are not a frame (the agent's bootstrap payload)."""
-        self._write(data)
-
-    def _write(self, frame: bytes) -> None:
-        if self._stdin is None or self._stdin.is_closing():
-            raise self.dead_error()
-        self._stdin.write(frame)
-
-    def _start(
-        self, ftype: int, payload: bytes, stream: MemoryObjectSendStream[_Chunk] | None = None
-    ) -> tuple[int, _Call]:
-        if self.closed_reason is not None:
-            raise self.dead_error()
+    # -- calls -----------------------------------------------------------------------------------
+    def _new_id(self) -> int:
         rid = self._next_id
         self._next_id = rid + 1 if rid < 0xFFFFFFF0 else 1
-        call = _Call(stream)
-        self._calls[rid] = call
-        try:
-            self._write(pack_frame(rid, ftype, payload))
-        except BaseException:
-            del self._calls[rid]
-            raise
-        return rid, call
+        return rid
 
-    def _abandon(self, rid: int, kill: bool) -> None:
-        call = self._calls.pop(rid, None)
-        if call is None:
-            return
-        call.finish()
-        if kill and self.closed_reason is None:
-            with contextlib.suppress(SandboxError):
-                self._write(pack_frame(rid, T_KILL))
-
-    async def _wait(self, rid: int, call: _Call, kill_on_cancel: bool) -> _Call:
+    async def _memfd(self, name: str, chunks: tuple[bytes, ...]) -> int:
+        """A memfd holding ``chunks`` (its offset stays 0, as the reader expects)."""
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
-            if not self._writable.is_set():
-                await self._writable.wait()
-            await call.done.wait()
+            if sum(len(c) for c in chunks) >= INLINE_BYTES:
+                await self.blocking(_pwrite_all, fd, chunks)
+            else:
+                _pwrite_all(fd, chunks)
         except BaseException:
-            self._abandon(rid, kill_on_cancel)
+            os.close(fd)
             raise
-        if call.kind == 0:
+        return fd
+
+    def _kill(self, rid: int) -> None:
+        if self.closed_reason is None:
+            self.post(p.ORDER.pack(p.O_KILL, 0, 0, rid, 0.0, 0.0), [])
+
+    async def exec(
+        self,
+        request: ExecRequest,
+        env: Mapping[str, str],
+        cwd: str,
+        source: str | None,
+        on_output: OnOutput | None,
+    ) -> ExecExit:
+        """Run one command (``source`` None) or Python source; cancelling kills it."""
+        if self.closed_reason is not None:
             raise self.dead_error()
-        if call.kind == R_FAIL:
-            self._raise_fail(call.payload, None)
-        return call
-
-    def _raise_fail(self, payload: bytes, path: str | None) -> None:
+        mode = p.M_EXEC if source is None else p.M_PYTHON
+        argv = [] if source is not None else [_bytes(a) for a in request.argv]
+        raw = b"" if source is None else _bytes(source)
+        body = p.pack_request(_bytes(cwd), argv, [(_bytes(k), _bytes(v)) for k, v in env.items()], raw)
+        flags = p.F_EXCLUSIVE if request.exclusive else 0
+        fds: list[int] = []
+        readers: list[int] = []
         try:
-            meta, _ = unpack_meta(payload)
-        except ValueError:
-            meta = {}
-        message = str(meta.get("m", "the agent reported an error"))
-        kind = meta.get("k")
-        if kind == "file":
-            raise SandboxFileError(message, sandbox_id=self.sandbox_id, path=path)
-        if kind == "internal":
-            raise SandboxTransportError(f"sandbox agent error: {message}", sandbox_id=self.sandbox_id)
-        raise AgentProtocolError(f"sandbox {self.sandbox_id}: the agent refused a request ({kind}): {message}")
-
-    # -- operations --------------------------------------------------------------
-    @staticmethod
-    def exec_meta(request: ExecRequest) -> dict[str, Any]:
-        """The ``EXEC``/``PY`` metadata for ``request`` (see ``agent.protocol``)."""
-        return {
-            "a": list(request.argv),
-            "c": request.cwd,
-            "e": dict(request.env),
-            "t": request.timeout_seconds,
-            "m": request.max_output_bytes,
-            "b": request.cpu_seconds,
-            "x": request.exclusive,
-        }
-
-    async def exec(self, ftype: int, request: ExecRequest, source: str | None, on_output: OnOutput | None) -> ExecExit:
-        """Run one command (``T_EXEC``) or Python ``source`` (``T_PY``); cancelling kills it."""
-        meta = self.exec_meta(request)
-        raw = request.stdin or b""
-        if ftype == T_PY:
-            meta["n"] = len(raw)
-            raw += (source or "").encode("utf-8", "surrogateescape")
-        payload = pack_meta(meta, raw)
-        if on_output is None:
-            rid, call = self._start(ftype, payload)
-            await self._wait(rid, call, True)
-        else:
-            send, receive = anyio.create_memory_object_stream[_Chunk](math.inf)
-            with send, receive:
-                rid, call = self._start(ftype, payload, send)
-                try:
+            fds.append(await self._memfd("cwsandbox-request", (body,)))
+            for _ in (1, 2):
+                r, w = os.pipe2(os.O_CLOEXEC)
+                readers.append(r)
+                fds.append(w)
+                os.set_blocking(r, False)  # ours only: the command's end stays blocking
+            if request.stdin:
+                fds.append(await self._memfd("cwsandbox-stdin", (request.stdin,)))
+                flags |= p.F_STDIN
+        except OSError as exc:
+            _close(fds + readers)
+            raise SandboxTransportError(f"cannot pass a request to sandbox {self.sandbox_id}: {exc}") from exc
+        except BaseException:
+            _close(fds + readers)
+            raise
+        if self.closed_reason is not None:  # it broke while a memfd was written
+            _close(fds + readers)
+            raise self.dead_error()
+        rid = self._new_id()
+        send: MemoryObjectSendStream[Chunk] | None = None
+        receive: MemoryObjectReceiveStream[Chunk] | None = None
+        if on_output is not None:
+            send, receive = anyio.create_memory_object_stream[Chunk](math.inf)
+        call = ExecCall(
+            request.max_output_bytes, (readers[0], readers[1]), lambda: self._kill(rid), self.eof_grace, send
+        )
+        self._calls[rid] = pending = _Pending(call)
+        budget = request.cpu_seconds or 0.0
+        self.post(p.ORDER.pack(p.O_RUN, mode, flags, rid, request.timeout_seconds, budget), fds)
+        try:
+            if receive is not None and on_output is not None:
+                with receive:
                     async for stream, data in receive:
                         await on_output(stream, data)
-                except BaseException:
-                    self._abandon(rid, True)
-                    raise
-                await self._wait(rid, call, True)
-        if call.kind != R_DONE:
-            raise AgentProtocolError(f"sandbox {self.sandbox_id}: unexpected reply {call.kind} to an exec")
-        try:
-            done, _ = unpack_meta(call.payload)
-            wait = done.get("cw")
-            extra: dict[str, Any] = {}
-            if _SANDBOX_CPU and done.get("sc") is not None:
-                extra["sandbox_cpu_seconds"] = float(done["sc"])
-            return ExecExit(
-                returncode=int(done["rc"]),
-                stdout=b"".join(call.out),
-                stderr=b"".join(call.err),
-                wall_seconds=float(done["w"]),
-                cpu_seconds=float(done["u"]),
-                timed_out=bool(done["to"]),
-                truncated=bool(done["tr"]),
-                oom_killed=bool(done.get("oom")),
-                cpu_exceeded=bool(done.get("cx")),
-                cpu_wait_seconds=None if wait is None else float(wait),
-                **extra,
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AgentProtocolError(f"sandbox {self.sandbox_id}: malformed exit report: {exc}") from exc
-
-    async def read_file(self, path: str, max_bytes: int) -> bytes:
-        rid, call = self._start(T_READ, pack_meta({"p": path, "m": max_bytes}))
-        try:
-            await self._wait(rid, call, False)
-        except SandboxFileError as exc:
-            exc.path = path
+            await call.done.wait()
+        except BaseException:
+            if self._calls.pop(rid, None) is not None:
+                self._kill(rid)
+            call.close()
             raise
-        return call.payload
+        self._check(pending)
+        return call.result()
 
-    async def write_file(self, path: str, data: bytes) -> None:
-        rid, call = self._start(T_WRITE, pack_meta({"p": path}, data))
+    def _check(self, pending: _Pending) -> Report:
+        """The report of a done call; raises for a broken channel or an order PID 1 could not run."""
+        r = pending.report
+        if r is None:
+            if self.violation is not None:
+                raise AgentProtocolError(self.violation)
+            raise self.dead_error()
+        if r.kind == p.R_DONE:
+            return r
+        if r.note == p.N_NOT_CLEAR:
+            raise SandboxTransportError(f"sandbox agent error: {p.NOTES[r.note]}", sandbox_id=self.sandbox_id)
+        raise AgentProtocolError(f"sandbox {self.sandbox_id}: PID 1 refused an order ({p.NOTES.get(r.note, r.note)})")
+
+    async def _file_op(self, mode: int, meta: dict[str, Any], data: bytes, shown: str) -> bytes:
+        """Run a file helper; the result memfd's bytes (``SandboxFileError`` with its message on failure)."""
+        if self.closed_reason is not None:
+            raise self.dead_error()
+        result = -1
+        fds: list[int] = []
         try:
-            await self._wait(rid, call, False)
-        except SandboxFileError as exc:
-            exc.path = path
+            result = os.memfd_create("cwsandbox-result", os.MFD_CLOEXEC)
+            fds.append(await self._memfd("cwsandbox-file", (p.pack_meta(meta), data)))
+            fds.append(os.dup(result))
+        except OSError as exc:
+            _close(fds + ([result] if result >= 0 else []))
+            raise SandboxTransportError(f"cannot pass a request to sandbox {self.sandbox_id}: {exc}") from exc
+        except BaseException:
+            _close(fds + ([result] if result >= 0 else []))
             raise
+        try:
+            rid = self._new_id()
+            self._calls[rid] = pending = _Pending(None)
+            self.post(p.ORDER.pack(p.O_RUN, mode, 0, rid, 0.0, 0.0), fds)
+            try:
+                await pending.done.wait()
+            except BaseException:
+                if self._calls.pop(rid, None) is not None:
+                    self._kill(rid)
+                raise
+            r = self._check(pending)
+            size = os.fstat(result).st_size
+            out = await self.blocking(_pread_all, result, size) if size >= INLINE_BYTES else _pread_all(result, size)
+        finally:
+            os.close(result)
+        if r.rc == 0 and not r.note:
+            return out
+        if r.note:
+            message = f"{shown}: {p.NOTES[r.note]}"
+        elif r.rc == 1 and out:
+            message = out.decode("utf-8", "replace")
+        else:  # killed by a process of the sandbox (same user), or the helper could not start
+            message = f"{shown}: the file operation ended with status {r.rc}"
+        raise SandboxFileError(message, sandbox_id=self.sandbox_id, path=shown)
 
-    def send_exit(self) -> None:
-        """Ask the agent to kill everything and exit (no reply)."""
-        if self.closed_reason is None:
-            with contextlib.suppress(SandboxError):
-                self._write(pack_frame(0, T_EXIT))
+    async def read_file(self, path: str, max_bytes: int, shown: str | None = None) -> bytes:
+        return await self._file_op(p.M_READ, {"p": path, "s": shown or path, "m": max_bytes}, b"", shown or path)
 
-    def kill(self) -> None:
-        if self.transport is not None and self.transport.get_returncode() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.transport.kill()
+    async def write_file(self, path: str, data: bytes, shown: str | None = None) -> None:
+        await self._file_op(p.M_WRITE, {"p": path, "s": shown or path}, data, shown or path)
 
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, chunks: tuple[bytes, ...]) -> None:
+    offset = 0
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            offset += n
+            view = view[n:]
+
+
+def _pread_all(fd: int, size: int) -> bytes:
+    parts: list[bytes] = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)

@@ -12,8 +12,8 @@ local backend's ``_doctor`` to add to its section:
   the Python user site is off;
 - **clean run_python memory**: a marker planted by earlier requests (a file, an exec's environment)
   is not in the memory of a later ``run_python`` program, which does find a control marker;
-- **stopped worker replaced**: a command that stops the process supervising it is ended at once, and
-  the next exec runs.
+- **timeout holds against its supervisor**: a command that stops and kills the sandbox's PID 1 (the
+  process enforcing its timeout) and stops itself still ends at its timeout, and the next exec runs.
 
 A probe never raises for a protection that does not hold (that is a ``FAIL``); an exception escaping
 a sandbox call propagates to the doctor, which reports the probe itself as failed.
@@ -29,6 +29,7 @@ import time
 import uuid
 from typing import Any
 
+from ..._errors import SandboxTimeoutError
 from ..probes import FAIL, OK, WARN, Status
 from .agent import harden, seccomp
 
@@ -168,20 +169,24 @@ async def _memory(sb: Any) -> Check:
     return "clean run_python memory", OK, "no earlier request's data found (the control marker was)", how
 
 
-async def _stopped_worker(sb: Any) -> Check:
-    how = "a command SIGSTOPs the process supervising it (5 s timeout); then run the next exec"
+async def _supervisor(sb: Any) -> Check:
+    how = "a command stops and kills its supervisor (PID 1) and stops itself, 1 s timeout; then the next exec"
     start = time.monotonic()
-    r = await sb.exec("kill -STOP $PPID; sleep 30", timeout_seconds=5)
+    try:
+        r = await sb.exec("kill -STOP 1; kill -KILL 1; kill -STOP $$; sleep 30", timeout_seconds=1)
+        ended = f"ended by itself with {r.returncode}"
+    except SandboxTimeoutError:
+        ended = "timed out"
     took = time.monotonic() - start
     nxt = await sb.exec(["echo", "next"], timeout_seconds=5)
-    ok = took < 3 and r.returncode == -9 and nxt.stdout == "next\n"
-    detail = f"ended after {took:.2f} s with {r.returncode}; next exec: {nxt.stdout.strip() or nxt.returncode}"
-    return "stopped worker replaced", OK if ok else FAIL, detail, how
+    ok = ended == "timed out" and took < 5 and nxt.stdout == "next\n"
+    detail = f"{ended} after {took:.2f} s; next exec: {nxt.stdout.strip() or nxt.returncode}"
+    return "timeout holds against its supervisor", OK if ok else FAIL, detail, how
 
 
 async def hardening_checks(sandbox: Any) -> list[Check]:
     """Run every hardening probe against ``sandbox`` (a running local ``Sandbox``); see the module docstring."""
     out = []
-    for probe in (_seccomp, _keyring, _ipc, _home, _memory, _stopped_worker):
+    for probe in (_seccomp, _keyring, _ipc, _home, _memory, _supervisor):
         out.append(await probe(sandbox))
     return out

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..._errors import SandboxValidationError
 from ..._types import Resources
+from ..._validate import validate_option_names
 
 __all__ = [
     "AGENT_KINDS",
@@ -22,7 +23,7 @@ __all__ = [
 ]
 
 
-_DEFAULTS = {"exit_grace_seconds": 0.5, "worker_idle_trim_seconds": 5.0, "plain_file_timeout_seconds": 60.0}
+_DEFAULTS = {"exit_grace_seconds": 0.5, "eof_grace_seconds": 1.0, "plain_file_timeout_seconds": 60.0}
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class LocalOptions:
       its commands) before it SIGKILLs it, where the agent is not PID 1 of the sandbox
       (``isolation="none"``); a template-born sandbox is SIGKILLed at once (the kernel then kills
       everything in its pid namespace).
-    - ``worker_idle_trim_seconds`` (5.0): seconds without an exec after which a sandbox's agent
-      keeps only one idle worker.
+    - ``eof_grace_seconds`` (1.0): after the sandbox reported an exec's end (its whole process
+      tree is gone), how long the driver waits for its output pipes to reach end of file (a
+      process of the sandbox may still hold one open) before it stops reading them.
     - ``plain_file_timeout_seconds`` (60.0): the timeout of the ``cat`` that reads or writes a
       file on the plain exec path (no agent).
 
@@ -46,7 +48,7 @@ class LocalOptions:
     """
 
     exit_grace_seconds: float | None = None
-    worker_idle_trim_seconds: float | None = None
+    eof_grace_seconds: float | None = None
     plain_file_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
@@ -59,10 +61,7 @@ class LocalOptions:
 
     def with_settings(self, **settings: float | None) -> LocalOptions:
         """A copy with ``settings`` (field names) replaced; ``SandboxValidationError`` for unknown names."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(settings) - names)
-        if unknown:
-            raise SandboxValidationError(f"unknown LocalBackend option(s): {', '.join(unknown)}")
+        validate_option_names(settings, (f.name for f in dataclasses.fields(self)), "LocalBackend")
         return dataclasses.replace(self, **settings) if settings else self
 
     def _get(self, name: str) -> float:
@@ -74,8 +73,8 @@ class LocalOptions:
         return self._get("exit_grace_seconds")
 
     @property
-    def worker_idle_trim(self) -> float:
-        return self._get("worker_idle_trim_seconds")
+    def eof_grace(self) -> float:
+        return self._get("eof_grace_seconds")
 
     @property
     def plain_file_timeout(self) -> float:
@@ -84,9 +83,9 @@ class LocalOptions:
 
 ISOLATION_LEVELS = ("auto", "bwrap", "unshare", "none")
 AGENT_KINDS = ("auto", "python", "plain")
-#: Processes the sandbox's own machinery may use on top of ``Resources.pids`` (bwrap, the agent,
-#: one worker per concurrent exec, up to 8 idle ones).
-PIDS_OVERHEAD = 16
+#: Processes the sandbox's own machinery may use on top of ``Resources.pids`` (its PID 1, file
+#: helpers, and bwrap on the plain path).
+PIDS_OVERHEAD = 4
 MIB = 1024 * 1024
 
 

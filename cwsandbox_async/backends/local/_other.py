@@ -3,16 +3,17 @@
 ``OtherPaths`` is a mixin of ``LocalBackend`` (``_backend``): the plain path (``isolation="bwrap"``,
 ``agent="plain"``, or the fallback where the template cannot run; see ``_plain``) keeps no process
 between execs and runs each one as its own bwrap; the unisolated path (``isolation="none"``) starts
-the agent as a host process of this user (booted from the agent bundle, see ``_protocol``), in a
-temporary directory standing in for the working directory. Their teardown is ``_teardown_other``.
+the agent as a host process of this user (booted from the agent bundle, see ``_protocol``), with a
+temporary directory standing in for the working directory; it serves the same orders as a born
+sandbox's PID 1 (``_channel``), as a child subreaper instead of a namespace's init. Their
+teardown is ``_teardown_other``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import os
-import subprocess
+import socket
 import tempfile
 from typing import Any
 
@@ -24,16 +25,20 @@ from ..base import OutputCallback
 from ._box import Box, HostIds
 from ._bwrap import Layout, bwrap_argv, sandbox_env
 from ._cgroup import CgroupManager
-from ._channel import AgentChannel
 from ._leftover import kill_group, remove_cgroup, remove_dir
+from ._link import Link
 from ._options import LocalOptions
 from ._plain import PlainSandbox
 from ._probe import Probe
 from ._protocol import BOOTSTRAP, agent_bundle, boot_payload
 from ._registry import Registry, proc_start_time
+from ._template import Newborn, pidfd_pid
 from ._threads import Blocking
 
-__all__ = ["OtherPaths"]
+__all__ = ["CHANNEL_FD", "OtherPaths"]
+
+#: The descriptor an unisolated agent finds its channel on.
+CHANNEL_FD = 3
 
 
 def boot_config(config: dict[str, Any], magic: str) -> bytes:
@@ -50,6 +55,7 @@ class OtherPaths:
     _ids: HostIds
     _probe: Probe | None
     _python: str
+    _preload: tuple[str, ...]
     options: LocalOptions
     limits: dict[str, str]
 
@@ -65,7 +71,7 @@ class OtherPaths:
     def _cgroup_limits(self, box: Box) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _agent_config(self, box: Box, env: dict[str, str]) -> dict[str, Any]:
+    def _agent_config(self, box: Box) -> dict[str, Any]:
         raise NotImplementedError
 
     async def _start_plain(self, box: Box, found: Probe) -> None:
@@ -94,51 +100,71 @@ class OtherPaths:
             self._registry.write(box.entry)
 
         await self._blocking(prepare)
+        assert box.workspace is not None
         box.rlimits, enforced = self._limits(box)
-        env = {**sandbox_env(d.working_dir), **d.env, "HOME": box.workspace or "/"}
-        config = {**self._agent_config(box, env), "path_map": [[d.working_dir, box.workspace]], "die_with_parent": True}
-        if box.cgroup is not None:  # the agent joins its group itself, its template the commands' group
+        box.env = {**sandbox_env(d.working_dir), **d.env, "HOME": box.workspace}
+        box.path_map = [(d.working_dir, box.workspace)]
+        config = {
+            **self._agent_config(box),
+            "die_with_parent": True,
+            "preload": list(self._preload),
+            "channel_fd": CHANNEL_FD,
+        }
+        if box.cgroup is not None:  # the agent joins its group itself, each command the commands' group
             cg = box.cgroup
             config["cgroup_paths"] = {
-                "agent_procs": [os.path.join(p, "cgroup.procs") for p in cg.agent_dirs],
-                "cmd_procs": [os.path.join(p, "cgroup.procs") for p in cg.command_dirs],
+                "agent_procs": [os.path.join(p, cg.join_file) for p in cg.agent_dirs],
+                "cmd_procs": [os.path.join(p, cg.join_file) for p in cg.command_dirs],
                 "cmd_events": cg.events,
             }
-        argv = [self._python, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", sid]
-        box.channel = await self._spawn(sid, argv, box.workspace or "/")
-        box.channel.write_raw(boot_config(config, importlib.util.MAGIC_NUMBER.hex()))
-        assert box.channel.transport is not None
-        box.pid = box.channel.transport.get_pid()
+        newborn = self._spawn_agent(sid, config)
+        box.pid = pidfd_pid(newborn.pidfd)
+        box.link = Link(sid, newborn, self._blocking, self.options.eof_grace, reap=True)
+        box.channel = box.link.channel
+        await box.link.open()
         await box.channel.ready.wait()
         if box.channel.hello is None:
+            await box.link.exited.wait()
             tail = bytes(box.channel.stderr_tail).decode("utf-8", "replace").strip()
             raise SandboxCreationError(
                 f"sandbox {sid} failed to start: {box.channel.closed_reason}: {tail[-2000:]}",
                 sandbox_id=sid,
                 reason="agent_start",
             )
-        box.entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
+        if box.pid is not None:
+            box.entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
         await self._blocking(self._registry.write, box.entry)
         self.limits = enforced
         box.status = SandboxStatus.RUNNING
 
-    @staticmethod
-    async def _spawn(sid: str, argv: list[str], cwd: str) -> AgentChannel:
-        loop = asyncio.get_running_loop()
-        # Shielded: a cancellation inside subprocess_exec would leave a started process whose pid
-        # nobody recorded. Spawning takes milliseconds.
-        with anyio.CancelScope(shield=True):
-            _, channel = await loop.subprocess_exec(
-                lambda: AgentChannel(sid),
-                *argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                start_new_session=True,
-            )
-        return channel
+    def _spawn_agent(self, sid: str, config: dict[str, Any]) -> Newborn:
+        """Start an unisolated agent (``python3 -I -c BOOTSTRAP``): its package and configuration on
+        stdin (a memfd), its channel on ``CHANNEL_FD``, stderr to a pipe. On the loop's own thread (the
+        agent's parent-death signal follows the thread that started it); ``OSError`` if it cannot start."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        boot = os.memfd_create("cwsandbox-boot", os.MFD_CLOEXEC)
+        newborn = Newborn(sock=mine, stderr=err_r)
+        try:
+            os.pwrite(boot, boot_config(config, importlib.util.MAGIC_NUMBER.hex()), 0)
+            actions = [
+                (os.POSIX_SPAWN_DUP2, boot, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+                (os.POSIX_SPAWN_DUP2, theirs.fileno(), CHANNEL_FD),
+            ]
+            argv = [self._python, "-I", "-c", BOOTSTRAP, "cwsandbox-agent", sid]
+            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+            pid = os.posix_spawn(self._python, argv, env, file_actions=actions, setsid=True)
+            newborn.pidfd = os.pidfd_open(pid)
+        except BaseException:
+            newborn.close()
+            raise
+        finally:
+            theirs.close()
+            os.close(err_w)
+            os.close(boot)
+        return newborn
 
     async def _plain_exec(self, box: Box, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
         found = self._probe
@@ -175,17 +201,18 @@ class OtherPaths:
 
     async def _teardown_other(self, box: Box) -> None:
         """The plain and unisolated paths."""
-        ch = box.channel
-        if ch is not None:
-            ch.terminating = True
-            ch.send_exit()
+        link = box.link
+        if link is not None:  # closing its channel makes the agent kill its commands and exit
+            link.channel.terminating = True
+            link.channel.close()
             with anyio.move_on_after(self.options.exit_grace):
-                await ch.exited.wait()
-            if not ch.exited.is_set() and box.pid is not None:
-                kill_group(box.pid)
-                await ch.exited.wait()
-            ch.close()
-            await ch.lost.wait()
+                await link.exited.wait()
+            if not link.exited.is_set():
+                if box.pid is not None:
+                    kill_group(box.pid)
+                link.kill()
+                await link.exited.wait()
+            link.close()
         if box.plain is not None:
             box.plain.kill_all()
         if box.cgroup is not None:

@@ -1,10 +1,8 @@
-"""What the driver sends a new sandbox agent: the bootstrap, the agent package, its configuration.
+"""What the driver sends an unisolated agent: the bootstrap, the agent package, its configuration.
 
-The frame format and its constants live in ``agent.protocol`` (shared with the
-agent) and are re-exported here for the driver side (``_channel``).
-
-Template-born sandboxes import the agent package from the zygote (``agent/_zygote``). An
-unisolated agent (``isolation="none"``) is started as
+The protocol the agent then speaks lives in ``agent.protocol`` (shared with the driver's
+``_channel``). Template-born sandboxes import the agent package from the zygote (``agent/_zygote``).
+An unisolated agent (``isolation="none"``) is started as
 ``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``.
 ``BOOTSTRAP`` reads ``u32 bundle length, u32 config length, bundle, config`` from
 fd 0 (or the fd given), installs a finder that serves the modules of the bundle
@@ -23,57 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .agent.protocol import (
-    HEADER,
-    MAX_PAYLOAD,
-    NOT_FOUND,
-    R_DATA,
-    R_DONE,
-    R_ERR,
-    R_FAIL,
-    R_HELLO,
-    R_OK,
-    R_OUT,
-    SPAWN_FAILED,
-    T_EXEC,
-    T_EXIT,
-    T_KILL,
-    T_PING,
-    T_PY,
-    T_READ,
-    T_WRITE,
-    pack_frame,
-    pack_meta,
-    unpack_meta,
-)
-
-__all__ = [
-    "AGENT_PACKAGE",
-    "BOOTSTRAP",
-    "HEADER",
-    "MAX_PAYLOAD",
-    "NOT_FOUND",
-    "R_DATA",
-    "R_DONE",
-    "R_ERR",
-    "R_FAIL",
-    "R_HELLO",
-    "R_OK",
-    "R_OUT",
-    "SPAWN_FAILED",
-    "T_EXEC",
-    "T_EXIT",
-    "T_KILL",
-    "T_PING",
-    "T_PY",
-    "T_READ",
-    "T_WRITE",
-    "agent_bundle",
-    "boot_payload",
-    "pack_frame",
-    "pack_meta",
-    "unpack_meta",
-]
+__all__ = ["AGENT_PACKAGE", "BOOTSTRAP", "agent_bundle", "boot_payload"]
 
 #: The agent package's name inside a sandbox.
 AGENT_PACKAGE = "cwsandbox_agent"

@@ -16,6 +16,7 @@ still the same process is decided by its start time in ``/proc/<pid>/stat``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -25,6 +26,9 @@ from typing import Any
 from ..._errors import SandboxBackendUnavailableError
 
 __all__ = ["Registry", "default_state_dir", "pid_alive", "proc_start_time"]
+
+#: OSError numbers that mean the caller's ``state_dir`` cannot be used (not the machine failing).
+_CALLERS_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EROFS, errno.ENOENT, errno.ENAMETOOLONG})
 
 
 def default_state_dir() -> str:
@@ -75,12 +79,18 @@ class Registry:
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise SandboxBackendUnavailableError(f"cannot create the state directory {path}: {exc}") from exc
+                # No permission, a file in the way, a read-only mount: the caller's state_dir. A full
+                # disk or an I/O error is the machine's.
+                raise SandboxBackendUnavailableError(
+                    f"cannot create the state directory {path}: {exc}",
+                    infrastructure=exc.errno not in _CALLERS_ERRNOS,
+                ) from exc
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
                 raise SandboxBackendUnavailableError(
                     f"{path} must be a directory owned by uid {os.getuid()} with mode 0700; "
-                    "remove it or pass state_dir= to LocalBackend"
+                    "remove it or pass state_dir= to LocalBackend",
+                    infrastructure=False,
                 )
         self._ready = True
 

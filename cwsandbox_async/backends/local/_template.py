@@ -37,7 +37,6 @@ driver's own socket calls). Neither opens a deadline of its own: the caller's sc
 from __future__ import annotations
 
 import array
-import asyncio
 import contextlib
 import json
 import os
@@ -186,20 +185,23 @@ class Template:
             pass
         return out.decode("utf-8", "replace").strip()[-2000:]
 
-    async def fork(self, newborn: Newborn) -> None:
-        """Ask the template for a newborn: ``F`` with its channel and stderr pipe (``newborn.sock``/``stderr``).
+    async def fork(self, newborn: Newborn, first: bytes) -> None:
+        """Ask the template for a newborn: ``F`` with its channel (a ``SOCK_SEQPACKET`` socket, see
+        ``agent.protocol``) and stderr pipe (``newborn.sock``/``stderr``).
 
-        The newborn then waits for its configuration (``deliver``); it exits if the channel closes first.
+        ``first`` (the birth configuration) is queued on the newborn's channel at once, so it finds it
+        there; it then waits for the second message (``deliver``), and exits if the channel closes first.
         """
         ctl = self._ctl
         if ctl is None or not self.alive:
             raise SandboxCreationError("the sandbox template is not running", reason="template")
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         newborn.sock = mine
         mine.setblocking(False)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         newborn.stderr = err_r
         try:
+            await _sendmsg(mine, first, [])
             await _sendmsg(ctl, FORK, [theirs.fileno(), err_w])
         finally:
             theirs.close()
@@ -284,16 +286,14 @@ def _unpack_fds(level: int, kind: int, data: bytes) -> list[int]:
 
 
 async def _sendmsg(sock: socket.socket, data: bytes, fds: list[int]) -> None:
-    """Send ``data`` with ``fds`` on a non-blocking socket, waiting for room (the rest with ``sock_sendall``)."""
+    """Send one message (``data`` with ``fds``) on a non-blocking socket, waiting for room."""
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
     while True:
         try:
-            sent = sock.sendmsg([data], ancillary)
-            break
+            sock.sendmsg([data], ancillary)
+            return
         except BlockingIOError:
             await anyio.wait_writable(sock)
-    if sent < len(data):
-        await asyncio.get_running_loop().sock_sendall(sock, data[sent:])
 
 
 def pidfd_pid(pidfd: int) -> int | None:

@@ -7,18 +7,19 @@ sends (``_protocol.agent_bundle``). Modules here may import only the standard li
 other (relatively). On the driver side it is ``cwsandbox_async.backends.local.agent``, imported by
 the tests and for the protocol constants (``protocol``).
 
-Processes inside a sandbox (all the same user; the agent is PID 1)::
+A sandbox at rest is **one process**, its PID 1 (``init``), which never reads a request's bytes:
+the driver writes each request into a memfd, creates the output pipes itself, and passes their
+descriptors with a fixed-size order; PID 1 forks once per order, and the child reads its own
+request and becomes the command::
 
-    agent (server, scheduler)        reads every request; never forks after that
-     |- template (template)          forked before the first request; births workers
-     |- worker (worker) ...          clone(CLONE_PARENT) of the template: the agent's child
-     |   `- command (child)          posix_spawn of argv, or a fork that runs Python source
+    PID 1 (init, execs)              reads orders (numbers and fds); reaps; reports
+     |- command (child) ...          execve'd argv, or a fork that runs Python source
+     |   `- its processes            all below it: each command is a child subreaper
+     |- file helper (child, files)   reads or writes one file for the driver
 
-Modules: ``main`` (entry points), ``server`` (the loop, frames, files),
-``scheduler`` (execs), ``supervisor`` (the template and workers), ``execs``
-(their records), ``worker``, ``child``, ``template``, ``proctree`` (process
-trees, CPU and run-queue wait), ``oom`` (cgroup OOM counts), ``files``,
-``harden`` and ``seccomp`` (birth-path hardening), ``sysapi`` (ctypes calls),
-``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the zygote that
-births sandboxes (the driver's side of birth: ``_template``, ``_born``).
+Modules: ``main`` (entry points), ``init`` (PID 1's loop), ``execs`` (starting, watching, ending
+and reporting execs), ``child`` (what a fork becomes), ``files``, ``proctree`` (process trees, CPU
+and run-queue wait), ``oom`` (cgroup OOM counts), ``harden`` and ``seccomp`` (birth-path
+hardening), ``sysapi`` (ctypes), ``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the
+zygote that births sandboxes (the driver's side of birth: ``_template``, ``_born``).
 """

@@ -9,11 +9,13 @@ and its stderr pipe). **The template never reads a channel**: nothing a request 
 sandbox's configuration, ever exists in its memory. It reaps its children and exits when the driver
 closes the control socket.
 
-The child, C, reads the birth configuration from its channel (``config["birth"]``, with the cgroup
-file descriptors as SCM_RIGHTS), joins the sandbox's cgroups, creates the mount points it needs,
-becomes the sandbox's own uid of the template's namespace (a distinct host uid per sandbox when the
-driver is root), enters new user, mount, uts, ipc, pid, cgroup and (unless ``network``) net
-namespaces, maps the sandbox's uid/gid inside to itself, forks G and exits. G is PID 1 of the
+The child, C, reads the birth configuration from its channel (one message the driver sent with
+the fork request), creates the mount points it needs, becomes the sandbox's own uid of the
+template's namespace (a distinct host uid per sandbox when the driver is root), enters new user,
+mount, uts, ipc, pid and (unless ``network``) net namespaces and maps the sandbox's uid/gid inside to
+itself -- while the driver creates the sandbox's cgroups. Then it reads the second message (the
+cgroups' file descriptors as SCM_RIGHTS, and the agent's configuration), joins the cgroups, enters a
+cgroup namespace rooted there, forks G and exits. G is PID 1 of the
 sandbox: when it exits the kernel kills everything else in the sandbox. G sends the driver a pidfd
 of itself (the "born" record), mounts the sandbox's own ``/proc``, ``/tmp``, working directory,
 ``/dev/shm`` and ``/dev/pts``, sets the hostname, brings up loopback, makes the root read-only, forbids
@@ -36,8 +38,10 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 from . import _rootfs, harden
+from .protocol import MAX_BIRTH_CONFIG
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,8 +53,6 @@ FORK = b"F"
 #: What G sends first on its channel: ``B`` with a pidfd of itself as SCM_RIGHTS.
 BORN = b"B"
 MAX_BIRTH_FDS = 16
-#: Largest birth configuration accepted (the sandbox's env is the only large part).
-MAX_BIRTH_CONFIG = 8 << 20
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -141,6 +143,7 @@ def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
 # -- one birth ---------------------------------------------------------------------------------------
 def _born(chan_fd: int, err_fd: int) -> NoReturn:
     """C and then G (see the module docstring). Never returns."""
+    stamps = {"c_forked": time.monotonic()}
     try:
         os.dup2(err_fd, 2)
         os.close(err_fd)
@@ -149,16 +152,25 @@ def _born(chan_fd: int, err_fd: int) -> NoReturn:
         os.dup2(null, 1)
         os.close(null)
         chan = socket.socket(fileno=chan_fd)
-        config, fds = _receive(chan)
-        _enter(config["birth"], fds)
+        birth, _ = _receive(chan)  # sent with the fork request: no wait for the driver's cgroups
+        stamps["c_configured"] = time.monotonic()
+        _enter(birth)
+        stamps["c_entered"] = time.monotonic()
+        config, fds = _receive(chan)  # the cgroups' fds and the agent's configuration
+        config["birth"] = birth
+        _join(config, fds)
+        stamps["c_joined"] = time.monotonic()
         if os.fork() != 0:
             os._exit(0)  # C is done: G is PID 1 of the new namespaces, re-parented to the template
+        stamps["g_forked"] = time.monotonic()
         pidfd = os.pidfd_open(os.getpid())
         chan.sendmsg([BORN], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]).tobytes())])
         os.close(pidfd)
         _settle(config["birth"])
-        config["cgroup"] = _named_fds(config["birth"].get("fds") or {}, fds)
+        stamps["g_mounted"] = time.monotonic()
+        config["cgroup"] = _named_fds(config.get("fds") or {}, fds)
         drop_privileges()
+        config["agent"]["stamps"] = stamps  # how long each step took (``hello["stamps"]``)
     except BaseException:
         import traceback
 
@@ -169,19 +181,16 @@ def _born(chan_fd: int, err_fd: int) -> NoReturn:
 
 
 def _receive(chan: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """The birth configuration: u32 length + JSON, the cgroup fds arriving with its first bytes."""
-    data, ancillary, _, _ = chan.recvmsg(1 << 16, socket.CMSG_SPACE(MAX_BIRTH_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    """The birth configuration: one message (JSON) on the channel, with the cgroup fds."""
+    data, ancillary, flags, _ = chan.recvmsg(
+        MAX_BIRTH_CONFIG, socket.CMSG_SPACE(MAX_BIRTH_FDS * 4), socket.MSG_CMSG_CLOEXEC
+    )
     fds = _fds(ancillary)
-    buf = bytearray(data)
-    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
-        if len(buf) >= 4 and int.from_bytes(buf[:4], "big") > MAX_BIRTH_CONFIG:
-            raise ValueError("birth configuration too large")
-        more = chan.recv(1 << 16)
-        if not more:
-            raise EOFError("the driver closed the channel before the birth configuration arrived")
-        buf += more
-    n = int.from_bytes(buf[:4], "big")
-    return json.loads(bytes(buf[4 : 4 + n])), fds
+    if not data:
+        raise EOFError("the driver closed the channel before the birth configuration arrived")
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        raise ValueError("birth configuration too large")
+    return json.loads(data), fds
 
 
 def _named_fds(names: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -192,11 +201,8 @@ def _named_fds(names: dict[str, Any], fds: list[int]) -> dict[str, Any]:
     return out
 
 
-def _enter(birth: dict[str, Any], fds: list[int]) -> None:
-    """C: cgroups, mount points, the sandbox's uid, new namespaces, the id maps."""
-    for index in birth.get("join") or ():
-        os.write(fds[index], b"0")  # "0" is this process; G and all its descendants are born inside
-        os.close(fds[index])
+def _enter(birth: dict[str, Any]) -> None:
+    """C, before the driver's cgroups exist: mount points, the sandbox's uid, new namespaces, id maps."""
     for path in birth.get("mkdirs") or ():
         os.makedirs(path, exist_ok=True)
     # The IPC namespace first, while C is still uid 0 of the template's namespace: that namespace then
@@ -212,13 +218,23 @@ def _enter(birth: dict[str, Any], fds: list[int]) -> None:
     os.setresuid(uid, uid, uid)
     _rootfs.prctl(_rootfs.PR_SET_DUMPABLE, 1)  # a credential change made /proc/self root's; the maps need it ours
     flags = _rootfs.CLONE_NEWUSER | _rootfs.CLONE_NEWNS | _rootfs.CLONE_NEWUTS | _rootfs.CLONE_NEWPID
-    flags |= _rootfs.CLONE_NEWCGROUP
     if not birth.get("network"):
         flags |= _rootfs.CLONE_NEWNET
     _rootfs.unshare(flags)
     _rootfs.write_text("/proc/self/setgroups", "deny")
     _rootfs.write_text("/proc/self/uid_map", f"{int(birth['inside_uid'])} {uid} 1\n")
     _rootfs.write_text("/proc/self/gid_map", f"{int(birth['inside_gid'])} {gid} 1\n")
+
+
+def _join(config: dict[str, Any], fds: list[int]) -> None:
+    """C: join the sandbox's cgroups (fds the driver opened), then a cgroup namespace rooted there.
+
+    Before G exists, so it and everything it starts are born inside; the cgroup namespace last, so
+    inside the sandbox its own groups are ``/``."""
+    for index in config.get("join") or ():
+        os.write(fds[index], b"0")  # "0" is this process
+        os.close(fds[index])
+    _rootfs.unshare(_rootfs.CLONE_NEWCGROUP)
 
 
 def _settle(birth: dict[str, Any]) -> None:
@@ -249,10 +265,22 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | IFF_UP))
 
 
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+#: The highest capability this kernel knows (read once, by the template).
+LAST_CAP = _last_cap()
+
+
 def drop_privileges() -> None:
     """Empty every capability set (bounding and ambient too) and set ``PR_SET_NO_NEW_PRIVS``."""
     libc = _rootfs.libc
-    for cap in range(64):
+    for cap in range(LAST_CAP + 1):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             break  # EINVAL past the last capability this kernel knows
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -263,16 +291,14 @@ def drop_privileges() -> None:
 
 
 def _start_agent(chan: socket.socket, config: dict[str, Any]) -> NoReturn:
-    """Become the agent, in process (the template preloaded it): ``main.run`` on the channel.
+    """Become PID 1 of the sandbox, in process (the template preloaded it): ``main.run`` on the channel.
 
-    The agent's own first steps are the unprivileged hardening (a fresh session keyring, then
-    the seccomp filter), before it reads any request; its in-sandbox template joins the commands'
-    cgroup through ``config["cgroup"]["cmd_procs"]`` (see ``agent.main``)."""
+    Its own first steps are the unprivileged hardening (a fresh session keyring, then the seccomp
+    filter), before it reads any order; each exec's child joins the commands' cgroup through
+    ``config["cgroup"]["cmd_procs"]`` (see ``agent.main``)."""
     try:
-        os.dup2(chan.fileno(), 0)
-        os.dup2(chan.fileno(), 1)
-        chan.close()
-        _agent["main"].run(config["agent"], 0, 1, cgroup=config["cgroup"])
+        fd = chan.detach()
+        _agent["main"].run(config["agent"], fd, cgroup=config["cgroup"])
     except BaseException:
         import traceback
 

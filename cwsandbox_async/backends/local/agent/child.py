@@ -1,34 +1,41 @@
-"""What runs in a command's own process, between the worker's fork and the program (stdlib only).
+"""What runs in a fork of PID 1: it becomes one command, one Python program, or one file operation.
 
-A *clean* worker never reads a request: for ``run_python`` it forks, and the
-child reads its own request -- cwd, environment, source -- from the memfd the
-agent wrote it to (``protocol.pack_meta`` format: JSON, then the source), so the
-only request that ever exists in this interpreter's memory is its own. The
-worker's interpreter is itself a fork of the agent's template, which was forked
-before the agent read its first request. Nothing of earlier requests, files or
-outputs is therefore in memory a program can read (``/proc/self/mem``).
+PID 1 never reads a request; it forks, and the child (``start``) reads its own from the memfd the
+driver wrote it to, so the only request that ever exists in a child's memory is its own, and PID 1's
+memory -- which every fork starts from -- holds none (``run_python`` programs scan it in
+``tests/local/test_clean_memory.py``). The child, first thing, before it reads anything:
 
-The child then runs the source as ``python3 -c`` would: ``sys.argv == ["-c"]``,
-``""`` first on ``sys.path``, a fresh ``__main__``, exit code 0, the
-``SystemExit`` code, or 1 after an uncaught exception (its traceback printed
-without this module's frame), non-daemon threads joined and ``atexit``
-handlers run. A failure before the program starts (a working directory that
-does not exist) is reported on its stderr, exit code 126.
+1. joins the commands' cgroup(s) (``joins``: the memory limit is there, PID 1 stays outside it);
+2. puts the exec's stdin, stdout and stderr on 0, 1 and 2 and closes every other descriptor (PID 1's
+   socket, its other execs' fds);
+3. starts a session of its own and becomes a *child subreaper*: every process the command leaves
+   behind (double-forked, ``setsid`` daemons) stays below it while it runs, so its tree is its exec's
+   whole tree (seccomp keeps it so: ``CLONE_PARENT`` and clearing the subreaper flag are denied);
+4. raises its OOM score (the OOM killer prefers commands) and applies the sandbox's rlimits.
+
+Then a command is ``execve``'d (a failure: ``cwsandbox: ...`` on stderr, exit 126, or 127 when not
+found); Python source runs in this process as ``python3 -c`` would: ``sys.argv == ["-c"]``, ``""``
+first on ``sys.path``, a fresh ``__main__``, exit code 0, the ``SystemExit`` code, or 1 after an
+uncaught exception (its traceback printed without this module's frame), non-daemon threads joined
+and ``atexit`` handlers run. A file operation (``files``) stays non-dumpable, in PID 1's cgroups,
+and writes the file's bytes, or its error message with exit code 1, into the result memfd.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import signal
 import sys
 
-from . import protocol, sysapi
+from . import files, protocol, sysapi
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-#: Signals a command starts with at their default action (the agent's processes change some).
+#: Signals a command starts with at their default action (PID 1 and Python change some).
 DEFAULT_SIGNALS = (
     signal.SIGPIPE,
     signal.SIGXFSZ,
@@ -43,15 +50,152 @@ DEFAULT_SIGNALS = (
 )
 
 
-def read_request(fd: int) -> tuple[dict[str, Any], bytes]:
-    """The request in a memfd: its metadata and raw part (``ValueError`` if malformed)."""
-    chunks = []
-    while True:
-        data = os.read(fd, 1 << 20)
-        if not data:
+def apply_limits(limits: dict[str, int]) -> None:
+    """The sandbox's rlimits (``cpu``, ``fsize``, ``nproc``, ``as``) on this process and its children."""
+    table = (
+        ("cpu", resource.RLIMIT_CPU, 1),
+        ("fsize", resource.RLIMIT_FSIZE, 0),
+        ("nproc", resource.RLIMIT_NPROC, 0),
+        ("as", resource.RLIMIT_AS, 0),
+    )
+    for name, key, extra in table:
+        value = limits.get(name)
+        if value:
+            try:
+                resource.setrlimit(key, (value, value + extra))
+            except (OSError, ValueError):
+                pass
+
+
+def read_all(fd: int) -> bytes:
+    """Everything in the memfd ``fd``, from its start (``pread``: its offset does not matter)."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0)
+    while len(data) < size:  # a short read (a very large request)
+        more = os.pread(fd, size - len(data), len(data))
+        if not more:
             break
-        chunks.append(data)
-    return protocol.unpack_meta(b"".join(chunks))
+        data += more
+    return data
+
+
+def which(cmd: bytes, env: dict[bytes, bytes]) -> bytes | None:
+    if b"/" in cmd:
+        return cmd
+    for d in env.get(b"PATH", b"/usr/local/bin:/usr/bin:/bin").split(b":"):
+        path = os.path.join(d or b".", cmd)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+def start(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]) -> NoReturn:
+    """In the fork: become what ``mode`` says (module docstring). Never returns."""
+    code = protocol.SPAWN_FAILED
+    try:
+        if mode != protocol.M_EXEC:  # execve resets every handled signal; PID 1 ignores none
+            signal.set_wakeup_fd(-1)
+            for sig in DEFAULT_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+        if mode in (protocol.M_READ, protocol.M_WRITE):
+            code = _file_op(mode, fds, config)
+        else:
+            code = _command(mode, fds, joins, config)
+    except BaseException as exc:  # before the program ran: a bug of ours, said so on its stderr
+        _fail(protocol.SPAWN_FAILED, f"internal error before the command started: {exc!r}")
+    finally:
+        os._exit(code)
+
+
+def _isolate(keep: int) -> None:
+    """Close every descriptor above 2 except ``keep`` (listed, not guessed: PID 1's limit is high)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
+
+
+def _command(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]) -> int:
+    request, out, err = fds[0], fds[1], fds[2]
+    stdin = fds[3] if len(fds) > 3 else os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    try:
+        for fd in joins:
+            os.write(fd, b"0")  # "0" is this process: the memory limit binds it and all it starts
+    except OSError as exc:  # never run outside the limit
+        return _fail(protocol.SPAWN_FAILED, f"cannot join the commands' cgroup: {exc.strerror}")
+    if mode != protocol.M_EXEC:
+        _isolate(request)  # a command's execve closes them: every descriptor of PID 1 is close-on-exec
+    os.setsid()
+    sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
+    if config.get("die_with_parent"):
+        sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if config.get("oom_adjust", True):
+        try:
+            adj = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(adj, b"1000")
+            os.close(adj)
+        except OSError:
+            pass
+    limits = config.get("limits")
+    if limits:
+        apply_limits(limits)
+    cwd, argv, env, raw = protocol.unpack_request(read_all(request))
+    os.close(request)
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return _fail(protocol.SPAWN_FAILED, f"cannot change directory to {_text(cwd)!r}: {exc.strerror}")
+    if mode == protocol.M_PYTHON:
+        sysapi.prctl(sysapi.PR_SET_DUMPABLE, 1)  # user code: an ordinary process (PID 1 is not dumpable)
+        return run_source(_text(raw), {_text(k): _text(v) for k, v in env.items()})
+    path = which(argv[0], env)
+    if path is None:
+        return _fail(protocol.NOT_FOUND, f"{_text(argv[0])}: command not found")
+    try:
+        os.execve(path, argv, env)  # dumpable again; every descriptor above 2 closes (close-on-exec)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return _fail(protocol.NOT_FOUND, f"{_text(argv[0])}: command not found")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return _fail(protocol.SPAWN_FAILED, f"{_text(argv[0])}: permission denied")
+        return _fail(protocol.SPAWN_FAILED, f"cannot start the command: {exc.strerror}")
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def _fail(code: int, message: str) -> int:
+    try:
+        os.write(2, f"cwsandbox: {message}\n".encode())
+    except OSError:  # the caller went away: the exit code stands
+        pass
+    return code
+
+
+def _file_op(mode: int, fds: list[int], config: dict[str, Any]) -> int:
+    request, result = fds[0], fds[1]
+    os.dup2(result, 1)
+    _isolate(request)
+    meta, start = protocol.read_meta(request)  # a write's data is copied by the kernel, never read here
+    shown = str(meta["s"])
+    own = {files.identity(fd) for fd in (0, 1, 2, request)}
+    try:
+        if mode == protocol.M_READ:
+            files.read_file(str(meta["p"]), shown, int(meta["m"]), 1, own)
+        else:
+            files.write_file(str(meta["p"]), shown, request, start, config.get("file_limit"), own)
+    except files.FileOpError as exc:
+        os.ftruncate(1, 0)  # no partial data: only the message
+        os.pwrite(1, str(exc).encode("utf-8", "replace")[:4096], 0)
+        return 1
+    return 0
 
 
 def exit_code(code: object) -> int:
@@ -71,8 +215,6 @@ def run_source(source: str, env: dict[str, str]) -> int:
     import builtins
     import types
 
-    for sig in DEFAULT_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
     os.environ.update(env)
@@ -110,26 +252,3 @@ def run_source(source: str, env: dict[str, str]) -> int:
         except BaseException:  # a closed or broken pipe at exit is not our error
             pass
     return rc
-
-
-def python_child(fds: list[int], close: list[int]) -> NoReturn:
-    """In the forked child: become the command (``fds`` = request, stdin, stdout, stderr) and run it."""
-    code = 1
-    try:
-        os.setpgid(0, 0)
-        sysapi.prctl(sysapi.PR_SET_DUMPABLE, 1)  # user code: an ordinary process (the worker is not dumpable)
-        meta, source = read_request(fds[0])
-        for i, fd in enumerate(fds[1:4]):
-            os.dup2(fd, i)
-        for fd in (*fds, *close):
-            if fd > 2:
-                os.close(fd)
-        try:
-            os.chdir(str(meta["c"]))
-        except OSError as exc:
-            os.write(2, f"cwsandbox: cannot change directory to {meta['c']!r}: {exc.strerror}\n".encode())
-            code = protocol.SPAWN_FAILED
-        else:
-            code = run_source(source.decode("utf-8", "surrogateescape"), dict(meta["e"]))
-    finally:
-        os._exit(code)

@@ -1,144 +1,386 @@
-"""The agent's bookkeeping of execs and workers (stdlib only).
+"""PID 1's execs: started, watched, ended and reported (stdlib only; the loop around them is ``init``).
 
-``Exec`` is one exec request from arrival to its ``DONE`` frame; ``WorkerHandle``
-is the agent's side of one worker. How an exec's facts are decided here:
+Life of an exec: an ``O_RUN`` order arrives with its fds; ``start`` forks (the child, ``child``,
+reads the request and becomes the command) and closes PID 1's copies at once. PID 1 then watches
+the clock: at the timeout, or once the CPU budget is spent (the tree is sampled every
+``sample_interval``), it kills the command's process group and every process below it (the command
+is a subreaper: nothing it started can leave its tree). When the command is reaped, what it left
+behind is now PID 1's child: those *leftovers* are killed at once, their CPU (``wait4``) is added to
+the exec's, and once none is alive (or ``leftover_grace`` passed) the exec is reported. File
+operations are execs of a helper that starts nothing: no sampling, no leftovers, no OOM facts.
 
-- **timed out**: the worker says so (it checks the deadline where the command
-  ended), or the agent's backstop fired (the worker was stopped or stuck past the
-  timeout plus ``backstop``), or the worker died after the deadline.
-- **OOM-killed**: the commands' cgroup counted an OOM kill while the exec ran, and
-  either the command itself died of a SIGKILL nobody in the sandbox machinery sent,
-  or no other exec ran at any moment of its lifetime (then the victim was one of
-  its processes: the OOM killer picks the largest of the processes with the highest
-  ``oom_score_adj``, and workers give every command 1000). When execs overlap and the
-  victim is not the command itself, none of them is marked: a kill that cannot be
-  attributed is not reported as anyone's.
-- **killed by the sandbox**: an exclusive exec killed it, or it stopped its own
-  worker; it then ends with ``-SIGKILL`` and a ``cwsandbox:`` line on its stderr
-  saying why.
+How its facts are decided:
+
+- **timed out**: PID 1 killed it at its deadline, or it ended past it (checked where it ends);
+- **CPU budget exceeded** likewise, from the samples, or from the exact CPU time at the end;
+- **OOM-killed**: the commands' cgroup counted an OOM kill while it ran, and either the command
+  itself died of a SIGKILL PID 1 did not send, or no other exec ran at any moment of its life
+  (then the victim was one of its processes: the OOM killer prefers the processes with the highest
+  ``oom_score_adj``, and every command has 1000). When execs overlap and the victim is not the
+  command itself, none of them is marked: a kill that cannot be attributed is nobody's;
+- **killed by the sandbox** (``note``): an exclusive exec killed it; the driver writes why on its
+  stderr. An exclusive exec starts only once every other process of the sandbox is gone, and
+  nothing else starts until it ended (file operations excepted);
+- a file helper that something stopped (``SIGSTOP``, seen with ``WSTOPPED``) is killed at once,
+  so no process of the sandbox can hold a file operation up.
 """
 
 from __future__ import annotations
 
+import collections
 import os
-import socket
+import signal
 import time
+
+from . import child, proctree, protocol
+from .protocol import R_DONE, R_FAIL, REPORT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
-#: Why the agent itself ended an exec (written to its stderr).
-KILLED_BY_EXCLUSIVE = "killed: an exclusive exec started in this sandbox"
-STOPPED_ITS_WORKER = "killed: the command stopped the process supervising it"
+    from .oom import Counter
+    from .settings import Settings
+
+#: While an exclusive exec waits for the sandbox to clear, or leftovers are being killed, PID 1 looks
+#: again this often (processes re-parented to it send no signal).
+CLEAR_POLL = 0.005
+_FILE_MODES = (protocol.M_READ, protocol.M_WRITE)
 
 
 class Exec:
-    """One exec request, from arrival to its DONE frame."""
+    """One order, from its arrival to its report."""
 
     __slots__ = (
-        "ack_deadline",
-        "acked",
-        "backstopped",
         "budget",
+        "clear_until",
+        "cpu",
+        "cpu_exceeded",
         "deadline",
-        "eof_deadline",
-        "err",
-        "exclusive",
-        "handle",
-        "held",
-        "limit",
+        "end",
+        "fds",
+        "flags",
+        "killed",
+        "leftover_deadline",
+        "mode",
+        "next_sample",
         "note",
         "oom_before",
-        "out",
         "overlapped",
-        "py",
-        "request",
+        "pid",
         "rid",
+        "sampler",
         "sandbox_cpu",
         "sandbox_cpu_at",
-        "sent",
         "start",
         "status",
-        "stdin",
+        "timed_out",
         "timeout",
-        "truncated",
-        "wait_until",
     )
 
-    def __init__(self, rid: int, py: bool, meta: dict[str, Any], request: bytes, stdin: bytes) -> None:
-        self.rid = rid
-        self.py = py
-        self.request = request  # the memfd contents: cwd, env, argv or source (pack_meta format)
-        self.stdin = stdin
-        self.timeout = float(meta.get("t") or 0)
-        budget = meta.get("b")
-        self.budget = float(budget) if budget else 0.0
-        self.exclusive = bool(meta.get("x"))
-        self.limit = int(meta.get("m") or 1 << 24)
-        self.out = self.err = -1
-        self.start = time.monotonic()
-        self.deadline = float("inf")
-        self.eof_deadline: float | None = None
-        #: (return code, cpu s, worker flags, run-queue wait s or None), once known
-        self.status: tuple[int, float, int, float | None] | None = None
-        self.sent = [0, 0]
-        self.truncated = False
-        self.backstopped = False
-        self.handle: WorkerHandle | None = None
-        self.held: list[int] = []  # fds passed to the worker, closed once it acknowledged
-        self.acked = False
-        self.ack_deadline = float("inf")
+    def __init__(self, rid: int, mode: int, flags: int, timeout: float, budget: float, fds: list[int]) -> None:
+        self.rid, self.mode, self.flags, self.fds = rid, mode, flags, fds
+        self.timeout = timeout if timeout > 0 else 0.0
+        self.budget = budget if budget > 0 else 0.0
+        self.pid = 0
+        self.start = self.end = 0.0
+        self.deadline = self.next_sample = self.leftover_deadline = float("inf")
+        self.status: int | None = None
+        self.cpu = 0.0
+        self.timed_out = self.cpu_exceeded = self.killed = self.overlapped = False
+        self.note = protocol.N_NONE
         self.oom_before = 0
-        #: CPU seconds of the whole sandbox while it ran (the reading at its start until it ended)
-        self.sandbox_cpu: float | None = None
-        #: when ``sandbox_cpu`` (the start reading) is due or was taken; None: no reading
-        self.sandbox_cpu_at: float | None = None
-        self.overlapped = False
-        self.note = ""  # why the agent ended it, if it did
-        self.wait_until: float | None = None  # exclusive: give up clearing the sandbox at this time
+        self.sampler: proctree.TreeSampler | None = None
+        self.sandbox_cpu: float | None = None  # the sandbox's CPU at (about) its start
+        self.sandbox_cpu_at: float | None = None  # when that reading is due or was taken
+        self.clear_until: float | None = None  # exclusive: give up clearing the sandbox then
 
     @property
-    def running(self) -> bool:
-        """Handed to a worker and not reported yet."""
-        return self.handle is not None and self.status is None
+    def is_file(self) -> bool:
+        return self.mode in _FILE_MODES
 
-    def close_held(self) -> None:
-        for fd in self.held:
+    @property
+    def exclusive(self) -> bool:
+        return bool(self.flags & protocol.F_EXCLUSIVE) and not self.is_file
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self.held = []
+        self.fds = []
 
 
-class WorkerHandle:
-    """The agent's side of one worker (``pid`` is 0 until it said hello)."""
+class Execs:
+    """Every exec of the sandbox (see the module docstring). ``send`` writes one report."""
 
-    __slots__ = ("buf", "busy", "dirty", "pid", "sock", "stopped")
+    def __init__(
+        self,
+        config: dict[str, Any],
+        settings: Settings,
+        cpus: float,
+        joins: list[int],
+        oom: Counter,
+        sandbox_cpu: proctree.SandboxCpu,
+        send: Callable[[bytes], None],
+    ) -> None:
+        self.config, self.settings, self.cpus, self.joins = config, settings, cpus, joins
+        self.oom, self.sandbox_cpu, self.send = oom, sandbox_cpu, send
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.execs: dict[int, Exec] = {}  # by request id
+        self.by_pid: dict[int, Exec] = {}  # started and not reaped
+        self.queue: collections.deque[Exec] = collections.deque()
+        self.ending: list[Exec] = []  # reaped, leftovers being killed
+        self.orphans: dict[int, Exec] = {}  # leftover pid -> the exec it came from
+        self.exclusive: Exec | None = None  # the exclusive exec running, if any
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.pid = 0
-        self.sock = sock
-        self.buf = b""
-        self.busy: Exec | None = None
-        #: it read a command's argv/environment itself: never give it Python source again
-        self.dirty = False
-        self.stopped = False
+    # -- orders ----------------------------------------------------------------------------
+    def submit(self, ex: Exec) -> None:
+        want = 2 if ex.is_file else 3 + bool(ex.flags & protocol.F_STDIN)
+        if ex.rid in self.execs or len(ex.fds) != want or ex.mode > protocol.M_WRITE:
+            ex.close_fds()
+            self.report(ex.rid, R_FAIL, protocol.N_BAD_ORDER)
+            return
+        self.execs[ex.rid] = ex
+        if ex.is_file:
+            self.begin(ex)
+        else:
+            self.queue.append(ex)
+            self.schedule()
 
-    def order(self, message: bytes, fds: list[int] | None = None) -> bool:
-        """Send an order (with fds); False when the worker is gone."""
+    def kill(self, rid: int) -> None:
+        """The driver gave up on an exec (or its output hit the cap): kill its tree."""
+        ex = self.execs.get(rid)
+        if ex is None:
+            return
+        if ex.pid and ex.status is None:
+            ex.killed = True
+            proctree.kill_tree(ex.pid)
+        elif ex in self.queue:
+            self.queue.remove(ex)
+            self.drop(ex, R_DONE, protocol.N_NONE, -signal.SIGKILL)
+            self.schedule()
+
+    def schedule(self) -> None:
+        """Start queued execs in order; an exclusive one runs alone, once the sandbox is clear."""
+        while self.queue and self.exclusive is None:
+            ex = self.queue[0]
+            if ex.exclusive and not self.clear_for(ex):
+                if self.queue and self.queue[0] is ex:
+                    return  # still clearing
+                continue  # it gave up: the next one
+            self.queue.popleft()
+            self.begin(ex)
+            if ex.exclusive and ex.pid:
+                self.exclusive = ex
+
+    def clear_for(self, ex: Exec) -> bool:
+        """Kill every other exec's processes and every leftover; True once none is left."""
+        now = time.monotonic()
+        if ex.clear_until is None:
+            ex.clear_until = now + self.settings.exclusive_wait
+        busy = bool(self.ending)
+        for other in list(self.by_pid.values()):
+            if not other.is_file:
+                busy = True
+                other.note = other.note or protocol.N_EXCLUSIVE
+                other.killed = True
+                proctree.kill_tree(other.pid)
+        if not self.kill_leftovers() and not busy:
+            ex.clear_until = None
+            return True
+        if now >= ex.clear_until:
+            self.queue.remove(ex)
+            self.drop(ex, R_FAIL, protocol.N_NOT_CLEAR, 0)
+        return False
+
+    # -- starting ----------------------------------------------------------------------------
+    def begin(self, ex: Exec) -> None:
+        """Fork the exec's child (``child.start``); a failed fork (the pids limit) is reported at once."""
+        now = time.monotonic()
+        if not ex.is_file:
+            self.readings_at_start(ex, now)
         try:
-            if fds:
-                self.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(fds))])
-            else:
-                self.sock.sendall(message)
+            pid = os.fork()
         except OSError:
-            return False
-        return True
+            self.drop(ex, R_DONE, protocol.N_NO_PROCESS, protocol.SPAWN_FAILED)
+            return
+        if pid == 0:
+            child.start(ex.mode, ex.fds, [] if ex.is_file else self.joins, self.config)
+        ex.close_fds()
+        ex.pid, ex.start = pid, now
+        self.by_pid[pid] = ex
+        if not ex.is_file:
+            ex.deadline = now + ex.timeout if ex.timeout else float("inf")
+            ex.next_sample = now + self.settings.sample_interval
 
+    def readings_at_start(self, ex: Exec, now: float) -> None:
+        if self.oom.enabled:
+            ex.oom_before = self.oom.read()
+        if self.sandbox_cpu.exact:
+            self.read_sandbox_cpu(ex, now)
+        else:  # see proctree.SandboxCpu: read a little later, only for execs still running by then
+            ex.sandbox_cpu_at = now + self.settings.sandbox_cpu_delay
+        others = [e for e in self.by_pid.values() if not e.is_file]
+        for e in (ex, *others) if others else ():
+            e.overlapped = True
 
-def _fds(fds: list[int]) -> bytes:
-    import array
+    def read_sandbox_cpu(self, ex: Exec, now: float) -> None:
+        value = self.sandbox_cpu.read()
+        ex.sandbox_cpu, ex.sandbox_cpu_at = value, (now if value is not None else None)
 
-    return array.array("i", fds).tobytes()
+    # -- time ----------------------------------------------------------------------------------
+    def next_deadline(self) -> float | None:
+        times = [e.leftover_deadline for e in self.ending]
+        for ex in self.by_pid.values():
+            if not ex.is_file:
+                times.append(ex.next_sample if ex.timed_out else min(ex.deadline, ex.next_sample))
+                if ex.sandbox_cpu is None and ex.sandbox_cpu_at is not None:
+                    times.append(ex.sandbox_cpu_at)
+        if self.ending or (self.queue and self.queue[0].exclusive and self.exclusive is None):
+            times.append(time.monotonic() + CLEAR_POLL)
+        return min(times) if times else None
+
+    def tick(self, now: float) -> None:
+        for ex in list(self.by_pid.values()):
+            if ex.is_file:
+                continue
+            if ex.sandbox_cpu is None and ex.sandbox_cpu_at is not None and now >= ex.sandbox_cpu_at:
+                self.read_sandbox_cpu(ex, now)
+            if not ex.timed_out and now >= ex.deadline:
+                self.sample(ex, now)  # the tree as it was at the deadline
+                ex.timed_out = True
+                proctree.kill_tree(ex.pid)
+            elif now >= ex.next_sample:
+                self.sample(ex, now)
+        for ex in [e for e in self.ending if now >= e.leftover_deadline]:
+            self.ending.remove(ex)
+            self.finish(ex)  # its leftovers are still being killed; they are nobody's now
+        self.settle()
+
+    def sample(self, ex: Exec, now: float) -> None:
+        if ex.sampler is None:
+            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice)
+        ex.sampler.sample()
+        ex.next_sample = now + self.settings.sample_interval
+        if ex.budget and not ex.cpu_exceeded and ex.sampler.cpu() >= ex.budget:
+            ex.cpu_exceeded = True
+            proctree.kill_tree(ex.pid)
+
+    # -- ending --------------------------------------------------------------------------------
+    def reap(self) -> None:
+        """Wait for every child that exited (or stopped: a stopped file helper is killed)."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                break
+            if info is None:
+                break
+            pid = info.si_pid
+            ex = self.by_pid.get(pid)
+            if info.si_code in (os.CLD_STOPPED, os.CLD_TRAPPED):
+                os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)  # consume the stop
+                if ex is not None and ex.is_file:
+                    ex.note = protocol.N_STOPPED
+                    proctree.kill_quietly(pid, signal.SIGKILL)
+                continue  # a stopped command is its own business: its timeout still holds
+            if ex is not None and ex.sampler is not None:
+                ex.sampler.sample()  # a zombie now: its last figures are still readable
+            try:
+                _, status, usage = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            cpu = usage.ru_utime + usage.ru_stime
+            if ex is not None:
+                self.ended(ex, status, cpu)
+            else:  # a leftover: its CPU is the exec's it came from
+                owner = self.orphans.pop(pid, None) or (self.ending[0] if self.ending else None)
+                if owner is not None:
+                    owner.cpu += cpu
+        self.settle()
+
+    def ended(self, ex: Exec, status: int, cpu: float) -> None:
+        del self.by_pid[ex.pid]
+        ex.status, ex.end = status, time.monotonic()
+        ex.cpu += cpu
+        if ex.is_file:
+            self.finish(ex)
+            return
+        proctree.kill_quietly(-ex.pid, signal.SIGKILL)  # its process group, leader gone
+        ex.leftover_deadline = ex.end + self.settings.leftover_grace
+        self.ending.append(ex)
+
+    def settle(self) -> None:
+        """Kill leftovers; report the ended execs once none is alive; start what waited."""
+        if self.ending and not self.kill_leftovers():
+            ending, self.ending = self.ending, []
+            for ex in ending:
+                self.finish(ex)
+        if self.queue:
+            self.schedule()
+
+    def kill_leftovers(self) -> int:
+        """Kill every child that is no exec's command (and everything below it); how many there were."""
+        owner = self.ending[0] if self.ending else None
+        left = 0
+        for pid in proctree.own_children():
+            if pid not in self.by_pid:
+                left += 1
+                if owner is not None:
+                    self.orphans.setdefault(pid, owner)
+                proctree.kill_tree(pid)
+        return left
+
+    def finish(self, ex: Exec) -> None:
+        del self.execs[ex.rid]
+        if self.exclusive is ex:
+            self.exclusive = None
+        assert ex.status is not None
+        rc = os.waitstatus_to_exitcode(ex.status)
+        wall = ex.end - ex.start
+        flags = 0
+        if ex.timed_out or (ex.timeout and wall >= ex.timeout):
+            flags |= protocol.D_TIMED_OUT
+        if ex.cpu_exceeded or (ex.budget and ex.cpu > ex.budget):
+            flags |= protocol.D_CPU_EXCEEDED
+        if not ex.is_file and not ex.note and self.oom.enabled and self.oom.read() > ex.oom_before:
+            unexplained = rc == -signal.SIGKILL and not (ex.killed or ex.timed_out or ex.cpu_exceeded)
+            if unexplained or not ex.overlapped:
+                flags |= protocol.D_OOM
+        wait = ex.sampler.cpu_wait(wall, ex.cpu) if ex.sampler is not None else None
+        sandbox = None
+        if ex.sandbox_cpu is not None and ex.sandbox_cpu_at is not None:
+            now_cpu = self.sandbox_cpu.read()
+            if now_cpu is not None:  # plus what the sandbox could have used before a late start reading
+                sandbox = now_cpu - ex.sandbox_cpu + (ex.sandbox_cpu_at - ex.start) * self.cpus
+        self.report(ex.rid, R_DONE, ex.note, rc, flags, wall, ex.cpu, wait, sandbox)
+
+    def drop(self, ex: Exec, kind: int, note: int, rc: int) -> None:
+        """Report an exec that never started (its fds closed)."""
+        ex.close_fds()
+        self.execs.pop(ex.rid, None)
+        self.report(ex.rid, kind, note, rc)
+
+    def report(
+        self,
+        rid: int,
+        kind: int,
+        note: int,
+        rc: int = 0,
+        flags: int = 0,
+        wall: float = 0.0,
+        cpu: float = 0.0,
+        wait: float | None = None,
+        sandbox: float | None = None,
+    ) -> None:
+        waited = -1.0 if wait is None else wait
+        self.send(REPORT.pack(kind, note, flags, rid, rc, wall, cpu, waited, -1.0 if sandbox is None else sandbox))
+
+    def kill_all(self) -> None:
+        """Every exec's tree and every leftover (PID 1 is going away)."""
+        for ex in list(self.by_pid.values()):
+            proctree.kill_tree(ex.pid)
+        self.kill_leftovers()

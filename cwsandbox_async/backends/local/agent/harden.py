@@ -65,8 +65,11 @@ def fresh_session_keyring() -> int:
 def bound_sysv_ipc(limits: dict[str, str] | None = None, proc: str = "/proc") -> None:
     """Write ``IPC_LIMITS`` (or ``limits``) into this IPC namespace's sysctls; ``OSError`` if refused."""
     for name, value in (limits if limits is not None else IPC_LIMITS).items():
-        with open(f"{proc}/sys/kernel/{name}", "w") as f:
-            f.write(value)
+        fd = os.open(f"{proc}/sys/kernel/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
 
 
 def readonly_proc_sys(proc: str = "/proc") -> None:

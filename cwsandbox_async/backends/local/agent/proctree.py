@@ -2,16 +2,16 @@
 
 ``TreeSampler`` measures what a verdict needs about a running command:
 
-- **CPU time** of the whole tree: what the worker already reaped (its
-  ``RUSAGE_CHILDREN``, which includes everything those processes reaped) plus,
-  for every live or zombie process of the tree, its own and its reaped children's
-  time from ``/proc/PID/stat``. Clock-tick resolution (10 ms).
+- **CPU time** of the whole tree while it runs: for every live or zombie process
+  of the tree, its own and its reaped children's time from ``/proc/PID/stat``
+  (clock-tick resolution, 10 ms). The exact figure at the end comes from
+  ``wait4`` (the command's and every leftover's rusage, see ``execs``).
 - **Run-queue wait** (``cpu_wait``): from ``/proc/PID/task/TID/schedstat``, the
   time each task of the tree spent runnable but not running, as last seen (a
   task that exits between two samples loses at most one interval). Two
   corrections keep a program from manufacturing "starvation":
 
-  * tasks that lowered their own priority (nice above the worker's, or a
+  * tasks that lowered their own priority (nice above PID 1's, or a
     ``SCHED_BATCH``/``SCHED_IDLE`` policy) are not counted: they asked to wait;
   * the total is capped by the CPU capacity the tree left unused,
     ``cpus * wall - cpu``: a program whose own busy children queue behind each
@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import signal
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -51,6 +50,16 @@ def children_of(pid: int) -> list[int]:
         except OSError:
             continue
     return kids
+
+
+def own_children() -> list[int]:
+    """Children of this single-threaded process (one read of its main thread's ``children``)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
 
 
 def descendants(root: int) -> list[int]:
@@ -85,29 +94,18 @@ def state(pid: int) -> str | None:
     return fields[0].decode() if fields else None
 
 
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root``'s process group, ``root`` and every process below it (parents first)."""
+    kill_quietly(-root, signal.SIGKILL)
+    kill_quietly(root, signal.SIGKILL)
+    for pid in descendants(root):
+        kill_quietly(pid, signal.SIGKILL)
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     st = state(pid)
     return st is not None and st != "Z"
-
-
-def reap_descendants() -> list[int]:
-    """SIGKILL every child until none is left (orphans keep arriving to a subreaper); their wait statuses."""
-    me = os.getpid()
-    statuses: list[int] = []
-    while True:
-        for kid in children_of(me):
-            kill_quietly(kid, signal.SIGKILL)
-        try:
-            _, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return statuses
-        statuses.append(status)
-
-
-def rusage_children_seconds() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
 
 
 class SandboxCpu:
@@ -162,26 +160,23 @@ class SandboxCpu:
 
 
 class TreeSampler:
-    """Samples the tree below ``root`` (the worker); see the module docstring."""
+    """Samples the tree of ``root`` (a command, a subreaper: its whole tree is below it); see the module docstring."""
 
-    __slots__ = ("base", "cpus", "live_cpu", "nice", "reaped", "root", "sampled", "wait")
+    __slots__ = ("cpus", "live_cpu", "nice", "root", "sampled", "wait")
 
-    def __init__(self, root: int, cpus: float) -> None:
+    def __init__(self, root: int, cpus: float, nice: int) -> None:
         self.root = root
         self.cpus = cpus
-        self.base = rusage_children_seconds()
-        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.nice = nice  # PID 1's: a task above it lowered its own priority
         self.wait: dict[int, int] = {}  # tid -> run-queue wait (ns) last seen
         self.live_cpu = 0.0
-        self.reaped = 0.0
         self.sampled = False
 
     def sample(self) -> None:
-        """Read the tree's CPU time and every counted task's wait."""
+        """Read the tree's CPU time and every counted task's wait (``root`` included, even as a zombie)."""
         self.sampled = True
-        self.reaped = rusage_children_seconds() - self.base
         ticks = 0
-        for pid in descendants(self.root):
+        for pid in (self.root, *descendants(self.root)):
             fields = stat_fields(pid)
             if fields is None or len(fields) < 39:
                 continue
@@ -206,12 +201,8 @@ class TreeSampler:
         self.live_cpu = ticks / CLK_TCK
 
     def cpu(self) -> float:
-        """CPU seconds of the tree at the last sample (reaped processes plus the live ones)."""
-        return self.reaped + self.live_cpu
-
-    def final_cpu(self) -> float:
-        """CPU seconds of the whole tree once every process of it was reaped (exact)."""
-        return rusage_children_seconds() - self.base
+        """CPU seconds of the tree at the last sample (every process's own and reaped children's time)."""
+        return self.live_cpu
 
     def cpu_wait(self, wall: float, cpu: float) -> float | None:
         """Run-queue wait in seconds, capped by the capacity the tree left unused (module docstring);

@@ -1,33 +1,36 @@
-"""The framed protocol between the driver and the sandbox agent (stdlib only; both sides import it).
+"""The protocol between the driver and a sandbox's PID 1 (stdlib only; both sides import it).
 
-A frame is a 9-byte header, ``>IBI`` = (request id, type, payload length),
-followed by the payload. Request ids are chosen by the client; id 0 is the
-agent's own (the hello frame). Structured payloads are ``u32 json length +
-JSON + raw bytes`` (see ``pack_meta``/``unpack_meta``), so bulk data (stdin,
-file contents, output chunks) is never encoded as JSON.
+The channel is an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket: every message is one datagram, and the
+file descriptors that belong to it travel in the same message (``SCM_RIGHTS``). **PID 1 never
+receives a request's bytes**: argv, environment, working directory, Python source, stdin and file
+contents go into memfds the driver creates and passes along; PID 1 forks, closes its copies, and
+only the forked child reads them. What PID 1 reads and writes are fixed-size numbers.
 
-Client -> agent:
+Driver -> PID 1, ``ORDER`` (kind, mode, flags, request id, timeout s, CPU budget s):
 
-- ``EXEC``  meta ``{"a": argv, "c": cwd, "e": env, "t": timeout, "m": max_output,
-  "b": cpu budget (s) or null, "x": exclusive}`` + stdin bytes
-- ``PY``    the same meta plus ``"n"`` (stdin length); raw = stdin + Python source (UTF-8)
-- ``KILL``  empty; cancels the exec with that id (its process tree is killed)
-- ``READ``  meta ``{"p": path, "m": max_bytes}``
-- ``WRITE`` meta ``{"p": path}`` + file contents
-- ``PING``  empty
-- ``EXIT``  empty; the agent kills everything and exits
+- ``O_RUN`` with fds ``[request, stdout, stderr]`` (+ stdin when ``F_STDIN``): start one exec.
+  ``mode`` is ``M_EXEC`` (argv), ``M_PYTHON`` (source run in the fork itself), ``M_READ`` or
+  ``M_WRITE`` (a file operation: fds ``[request, result]``, both memfds; see ``child``).
+  ``F_EXCLUSIVE``: every other process of the sandbox is killed first, nothing starts beside it.
+  A timeout or budget of 0 means none.
+- ``O_KILL``: kill that exec's process tree (the driver gave up on it, or its output hit the cap).
 
-Agent -> client:
+The request memfd holds ``pack_request(cwd, argv, env, raw)`` for a command (``raw`` empty) or
+Python (``argv`` empty, ``raw`` the source): NUL-separated fields, which the child splits with one
+call (it runs between fork and execve, where every page it touches is a copy; NUL cannot occur in
+argv, env or cwd). A file operation's holds ``pack_meta({"p": path, "s": shown path, "m": max
+bytes})`` for a read, ``pack_meta({"p", "s"}, data)`` for a write.
 
-- ``OUT`` / ``ERR`` an output chunk of that exec (raw bytes)
-- ``DONE``  meta ``{"rc", "w" (wall s), "u" (cpu s), "to" (timed out), "tr" (truncated),
-  "oom" (OOM-killed), "cx" (CPU budget exceeded), "cw" (run-queue wait s, or null),
-  "sc" (CPU s of everything in the sandbox meanwhile, or null)}``
-- ``DATA``  a file's contents (raw)
-- ``OK``    empty (write done, pong)
-- ``FAIL``  meta ``{"k": kind, "m": message}``; kinds: ``file``, ``invalid``, ``internal``
-- ``HELLO`` (id 0) meta ``{"pid", "python", "subreaper", "template", "workers", "hardening"}``,
-  once, when the agent is ready
+PID 1 -> driver:
+
+- ``HELLO``: ``bytes([R_HELLO]) + JSON`` (``pid``, ``python``, ``hardening``, ``cpus``, and for a
+  born sandbox ``stamps``: ``time.monotonic()`` at the end of each step of its birth), once, when
+  PID 1 is ready, before it reads any order.
+- ``REPORT`` (kind, note, flags, request id, return code, wall s, CPU s, run-queue wait s, sandbox
+  CPU s; a negative wait or sandbox CPU means unknown), once per order, when the exec's whole
+  process tree is gone: ``R_DONE``, or ``R_FAIL`` when it could not run at all (``note`` says why).
+  ``flags``: ``D_TIMED_OUT``, ``D_CPU_EXCEEDED``, ``D_OOM``. ``note``: why PID 1 itself ended it
+  (``NOTES`` has the text the driver appends to its stderr).
 """
 
 from __future__ import annotations
@@ -39,26 +42,48 @@ TYPE_CHECKING = False  # typing is not imported at run time: the agent starts fa
 if TYPE_CHECKING:
     from typing import Any
 
-HEADER = struct.Struct(">IBI")
+ORDER = struct.Struct("=BBBxIdd")
+REPORT = struct.Struct("=BBBxIidddd")
 META_LEN = struct.Struct(">I")
-#: Largest payload either side accepts (a 256 MiB file plus its metadata).
-MAX_PAYLOAD = 256 * 1024 * 1024 + 1024 * 1024
+#: Most file descriptors one order carries.
+MAX_ORDER_FDS = 4
+#: Largest birth configuration message a newborn accepts (two messages on its channel, each about
+#: a KiB in practice).
+MAX_BIRTH_CONFIG = 1 << 14
 
-T_EXEC = 1
-T_PY = 2
-T_KILL = 3
-T_READ = 4
-T_WRITE = 5
-T_PING = 6
-T_EXIT = 7
+O_RUN = 1
+O_KILL = 2
 
-R_OUT = 16
-R_ERR = 17
-R_DONE = 18
-R_DATA = 19
-R_OK = 20
-R_FAIL = 21
-R_HELLO = 22
+M_EXEC = 0
+M_PYTHON = 1
+M_READ = 2
+M_WRITE = 3
+
+F_EXCLUSIVE = 1
+F_STDIN = 2
+
+R_DONE = 1
+R_FAIL = 2
+R_HELLO = 3
+
+D_TIMED_OUT = 1
+D_CPU_EXCEEDED = 2
+D_OOM = 4
+
+N_NONE = 0
+N_EXCLUSIVE = 1
+N_NO_PROCESS = 2
+N_STOPPED = 3
+N_NOT_CLEAR = 4
+N_BAD_ORDER = 5
+#: What each note means, as the driver writes it on the exec's stderr (``cwsandbox: <text>``).
+NOTES = {
+    N_EXCLUSIVE: "killed: an exclusive exec started in this sandbox",
+    N_NO_PROCESS: "cannot start the command: no process available (pids limit?)",
+    N_STOPPED: "killed: a process in the sandbox stopped the file operation",
+    N_NOT_CLEAR: "an exclusive exec could not stop the sandbox's other processes in time",
+    N_BAD_ORDER: "malformed order",
+}
 
 #: Exit code of a command that could not be started (not executable, no such directory, no process).
 SPAWN_FAILED = 126
@@ -66,19 +91,37 @@ SPAWN_FAILED = 126
 NOT_FOUND = 127
 
 
-def pack_frame(rid: int, ftype: int, payload: bytes = b"") -> bytes:
-    """One frame: header and payload."""
-    return HEADER.pack(rid, ftype, len(payload)) + payload
+def pack_request(cwd: bytes, argv: list[bytes], env: list[tuple[bytes, bytes]], raw: bytes = b"") -> bytes:
+    """A command's or a program's request (see the module docstring); ``raw`` may hold NUL."""
+    head = b"%d %d" % (len(argv), len(env))
+    return b"\0".join([head, cwd, *argv, *(x for pair in env for x in pair), raw])
+
+
+def unpack_request(data: bytes) -> tuple[bytes, list[bytes], dict[bytes, bytes], bytes]:
+    """(cwd, argv, env, raw) of ``pack_request``'s bytes; ``ValueError`` if malformed."""
+    head, rest = data.split(b"\0", 1)
+    argc, envc = (int(x) for x in head.split())
+    parts = rest.split(b"\0", 1 + argc + 2 * envc)
+    if len(parts) != 2 + argc + 2 * envc:
+        raise ValueError("request shorter than its counts say")
+    flat = parts[1 + argc : 1 + argc + 2 * envc]
+    return parts[0], parts[1 : 1 + argc], dict(zip(flat[0::2], flat[1::2], strict=True)), parts[-1]
 
 
 def pack_meta(meta: object, raw: bytes = b"") -> bytes:
-    """A structured payload: JSON metadata followed by raw bytes."""
+    """A structured payload: u32 length, JSON metadata, then raw bytes."""
     encoded = json.dumps(meta, separators=(",", ":")).encode()
     return META_LEN.pack(len(encoded)) + encoded + raw
 
 
 def unpack_meta(payload: bytes) -> tuple[dict[str, Any], bytes]:
     """Split a structured payload; raises ``ValueError`` when it is malformed."""
+    meta, end = meta_prefix(payload)
+    return meta, payload[end:]
+
+
+def meta_prefix(payload: bytes) -> tuple[dict[str, Any], int]:
+    """The metadata at the start of ``payload`` and where the raw part begins (``ValueError`` if malformed)."""
     if len(payload) < META_LEN.size:
         raise ValueError("payload too short for its metadata length")
     (n,) = META_LEN.unpack_from(payload)
@@ -88,4 +131,25 @@ def unpack_meta(payload: bytes) -> tuple[dict[str, Any], bytes]:
     meta = json.loads(payload[META_LEN.size : end])
     if not isinstance(meta, dict):
         raise ValueError("metadata is not an object")
-    return meta, payload[end:]
+    return meta, end
+
+
+def read_meta(fd: int) -> tuple[dict[str, Any], int]:
+    """The metadata at the start of the memfd ``fd`` (read with ``pread``) and where its raw part begins."""
+    (n,) = META_LEN.unpack(_pread_exactly(fd, META_LEN.size, 0))
+    meta = json.loads(_pread_exactly(fd, n, META_LEN.size))
+    if not isinstance(meta, dict):
+        raise ValueError("metadata is not an object")
+    return meta, META_LEN.size + n
+
+
+def _pread_exactly(fd: int, n: int, offset: int) -> bytes:
+    import os
+
+    out = b""
+    while len(out) < n:
+        chunk = os.pread(fd, n - len(out), offset + len(out))
+        if not chunk:
+            raise ValueError("request shorter than its metadata says")
+        out += chunk
+    return out

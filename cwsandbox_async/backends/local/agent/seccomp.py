@@ -36,13 +36,16 @@ fork and execve, and cannot be removed). What it does, in order:
 3. **Denied by argument:** ``clone`` and ``unshare`` with any namespace flag
    (``CLONE_NEWNS``, ``CLONE_NEWCGROUP``, ``CLONE_NEWUTS``, ``CLONE_NEWIPC``,
    ``CLONE_NEWUSER``, ``CLONE_NEWPID``, ``CLONE_NEWNET``, and for ``unshare``
-   ``CLONE_NEWTIME``) fail with EPERM; plain ``fork``/threads are allowed.
+   ``CLONE_NEWTIME``) fail with EPERM; plain ``fork``/threads are allowed. ``clone``
+   with ``CLONE_PARENT`` and ``prctl(PR_SET_CHILD_SUBREAPER, 0)`` fail with EPERM too: every
+   command is a child subreaper of PID 1, and with either a process could leave its exec's
+   tree (and its CPU budget and timeout kill) while the exec runs.
    ``personality`` is allowed only for the values Docker allows (0, ``PER_LINUX32``,
    ``UNAME26``, both, and the query ``0xffffffff``), else EPERM.
 4. ``clone3`` fails with **ENOSYS** (its flags are in memory a filter cannot read),
    so the C library falls back to ``clone``, which step 3 checks -- Docker does the same.
 
-Not denied (unlike Docker, which allows most of them too): ``kill`` (signals
+Not denied (Docker allows them too): ``kill`` (signals
 stay inside the sandbox's PID namespace), SysV IPC (bounded by sysctls, see
 ``harden``), ``seccomp`` itself (a program may only add stricter filters).
 Machines other than x86_64 and aarch64 get no filter; ``install`` says why.
@@ -130,8 +133,11 @@ CLONE = (56, 220)
 UNSHARE = (272, 97)
 CLONE3 = (435, 435)
 PERSONALITY = (135, 92)
+PRCTL = (157, 167)
 NS_FLAGS_CLONE = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 NS_FLAGS_UNSHARE = NS_FLAGS_CLONE | 0x80  # and NEWTIME (in clone's flags 0x80 is part of the exit signal)
+CLONE_PARENT = 0x00008000
+PR_SET_CHILD_SUBREAPER = 36
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 
 # classic BPF
@@ -143,7 +149,7 @@ _RET = 0x06
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
-_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg 0's low word (little-endian)
+_OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG1 = 0, 4, 16, 24  # struct seccomp_data; args' low words (little-endian)
 _INSN = struct.Struct("=HBBI")
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_MODE_FILTER = 2
@@ -176,7 +182,7 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
         if nr is not None:
             out += [_jump(_JEQ, nr, 0, 1), _stmt(_RET, deny)]
     out += [_jump(_JEQ, CLONE3[col], 0, 1), _stmt(_RET, RET_ERRNO | errno.ENOSYS)]
-    for nr, mask in ((CLONE[col], NS_FLAGS_CLONE), (UNSHARE[col], NS_FLAGS_UNSHARE)):
+    for nr, mask in ((CLONE[col], NS_FLAGS_CLONE | CLONE_PARENT), (UNSHARE[col], NS_FLAGS_UNSHARE)):
         # A is reloaded with the number after the block only on the way out of the filter, so each
         # argument check ends in a return.
         out += [
@@ -186,6 +192,15 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
             _stmt(_RET, deny),
             _stmt(_RET, RET_ALLOW),
         ]
+    out += [  # prctl(PR_SET_CHILD_SUBREAPER, 0): EPERM; every other prctl: allowed
+        _jump(_JEQ, PRCTL[col], 0, 6),
+        _stmt(_LD_W_ABS, _OFF_ARG0),
+        _jump(_JEQ, PR_SET_CHILD_SUBREAPER, 0, 3),
+        _stmt(_LD_W_ABS, _OFF_ARG1),
+        _jump(_JEQ, 0, 0, 1),
+        _stmt(_RET, deny),
+        _stmt(_RET, RET_ALLOW),
+    ]
     checks = []
     for value in PERSONALITIES:
         checks += [_jump(_JEQ, value, 0, 1), _stmt(_RET, RET_ALLOW)]
@@ -212,6 +227,11 @@ if sysapi.AVAILABLE:
 
         _fields_: ClassVar[Any] = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
+    # The native program as the kernel takes it, built once (a zygote imports this before any
+    # sandbox exists: each newborn only makes the system call).
+    _NATIVE_BUF = ctypes.create_string_buffer(NATIVE, len(NATIVE))
+    _NATIVE_PROG = SockFprog(len(NATIVE) // _INSN.size, ctypes.cast(_NATIVE_BUF, ctypes.c_void_p))
+
 
 def install(machine: str | None = None) -> str:
     """Set NO_NEW_PRIVS and install the filter on this process (and so its future children).
@@ -220,11 +240,15 @@ def install(machine: str | None = None) -> str:
     support) and ``ValueError`` on a machine without a filter. Irrevocable.
     """
     machine = machine or sysapi.MACHINE
-    code = NATIVE if machine == sysapi.MACHINE and NATIVE else assemble(program(machine))
+    native = machine == sysapi.MACHINE and NATIVE
+    code = NATIVE if native else assemble(program(machine))
     if not sysapi.AVAILABLE:
         raise OSError(errno.ENOSYS, "seccomp: no ctypes in this Python")
-    buf = ctypes.create_string_buffer(code, len(code))
-    prog = SockFprog(len(code) // _INSN.size, ctypes.cast(buf, ctypes.c_void_p))
+    if native:
+        buf, prog = _NATIVE_BUF, _NATIVE_PROG
+    else:
+        buf = ctypes.create_string_buffer(code, len(code))
+        prog = SockFprog(len(code) // _INSN.size, ctypes.cast(buf, ctypes.c_void_p))
     if not sysapi.prctl(sysapi.PR_SET_NO_NEW_PRIVS, 1):
         raise OSError(errno.EPERM, "seccomp: cannot set NO_NEW_PRIVS")
     try:

@@ -1,29 +1,21 @@
-"""The agent's settings: every timeout and budget it uses, documented, with its default.
+"""The agent's settings: every timeout and interval PID 1 uses, documented, with its default.
 
-The driver passes overrides in the boot configuration (``config["settings"]``);
-unknown names and values that are not positive numbers are refused at boot
-(``ValueError``), so a typo cannot silently fall back to a default.
+The driver passes overrides in the agent's configuration (``config["settings"]``); unknown names
+and values that are not positive numbers are refused at start (``ValueError``), so a typo cannot
+silently fall back to a default.
 
-====================  =======  ================================================================
-name                  default  meaning
-====================  =======  ================================================================
-``backstop``          1.0 s    past an exec's timeout, the agent kills its worker itself (a
-                               command may have stopped it) and reports the exec as timed out
-``eof_grace``         1.0 s    after a worker reported, how long the agent waits for the exec's
-                               output pipes to close
-``ack_timeout``       0.5 s    a worker acknowledges a request within this, or the agent checks
-                               it (a stopped one is killed and the request goes to another)
-``idle_trim``         5.0 s    without an exec for this long, idle workers beyond one retire
-``max_idle_workers``  8        idle workers kept at most
-``sample_interval``   0.25 s   how often a worker samples its command's process tree (CPU time
-                               for the budget, run-queue wait); always once more at the end
-``exclusive_wait``    5.0 s    an exclusive exec waits at most this for the sandbox's other
-                               processes to die, then fails
-``refill_pause``      1.0 s    after a failed worker spawn (pids limit), the next try waits this
-``sandbox_cpu_delay``  0.05 s  without a cgroup usage file, the sandbox's CPU at an exec's start
-                               is read this long after it (``proctree.SandboxCpu``)
-``max_execs``         5000     a worker retires after this many execs
-====================  =======  ================================================================
+=====================  =======  ===============================================================
+name                   default  meaning
+=====================  =======  ===============================================================
+``sample_interval``    0.25 s   how often PID 1 samples a running command's process tree (CPU
+                                time for the budget, run-queue wait); once more at its end
+``leftover_grace``     1.0 s    after a command ended, how long PID 1 waits for the processes
+                                it left (killed at once) to be gone before it reports anyway
+``exclusive_wait``     5.0 s    an exclusive exec waits at most this for the sandbox's other
+                                processes to die, then fails
+``sandbox_cpu_delay``  0.05 s   without a cgroup usage file, the sandbox's CPU at an exec's start
+                                is read this long after it (``proctree.SandboxCpu``)
+=====================  =======  ===============================================================
 """
 
 from __future__ import annotations
@@ -33,18 +25,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULTS: dict[str, float] = {
-    "backstop": 1.0,
-    "eof_grace": 1.0,
-    "ack_timeout": 0.5,
-    "idle_trim": 5.0,
-    "max_idle_workers": 8,
     "sample_interval": 0.25,
+    "leftover_grace": 1.0,
     "exclusive_wait": 5.0,
-    "refill_pause": 1.0,
     "sandbox_cpu_delay": 0.05,
-    "max_execs": 5000,
 }
-_INTEGERS = ("max_idle_workers", "max_execs")
 
 
 class Settings:
@@ -52,16 +37,10 @@ class Settings:
 
     __slots__ = tuple(DEFAULTS)
 
-    backstop: float
-    eof_grace: float
-    ack_timeout: float
-    idle_trim: float
-    max_idle_workers: int
     sample_interval: float
+    leftover_grace: float
     exclusive_wait: float
-    refill_pause: float
     sandbox_cpu_delay: float
-    max_execs: int
 
     def __init__(self, overrides: dict[str, Any] | None = None) -> None:
         values: dict[str, Any] = dict(DEFAULTS)
@@ -72,4 +51,4 @@ class Settings:
                 raise ValueError(f"agent setting {name} must be a positive number, not {value!r}")
             values[name] = value
         for name, value in values.items():
-            setattr(self, name, int(value) if name in _INTEGERS else float(value))
+            setattr(self, name, float(value))

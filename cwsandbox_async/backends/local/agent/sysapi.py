@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import platform
-import signal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,32 +23,29 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
 PR_CAPBSET_DROP = 24
-CLONE_PARENT = 0x00008000
 
 #: Native syscall numbers of the calls made here, per machine (``platform.machine()``).
 _NR = {
-    "x86_64": {"clone": 56, "keyctl": 250, "seccomp": 317},
-    "aarch64": {"clone": 220, "keyctl": 219, "seccomp": 277},
+    "x86_64": {"keyctl": 250, "seccomp": 317},
+    "aarch64": {"keyctl": 219, "seccomp": 277},
 }
 MACHINE = platform.machine()
 NR = _NR.get(MACHINE, {})
 
 _libc: Any = None
-_api: Any = None
 try:
     import ctypes
 
     _libc = ctypes.CDLL(None, use_errno=True)
-    # The same libc symbols, called without releasing the GIL: needed around a raw clone().
-    _api = ctypes.PyDLL(None, use_errno=True)
-    _api.syscall.restype = ctypes.c_long
-    _api.PyOS_BeforeFork.restype = None
-    _api.PyOS_AfterFork_Parent.restype = None
-    _api.PyOS_AfterFork_Child.restype = None
     _libc.syscall.restype = ctypes.c_long
+    # A prctl with fixed argument types: each call builds no ctypes objects (it runs in every
+    # exec's child, between fork and execve, where every page touched is a copy).
+    _prctl = _libc["prctl"]
+    _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _prctl.restype = ctypes.c_int
     _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 except (ImportError, OSError, AttributeError):  # no ctypes (or no libc symbols) in this Python
-    _libc = _api = None
+    _libc = None
 AVAILABLE = _libc is not None
 
 
@@ -62,7 +58,7 @@ def prctl(option: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> bool:
     """prctl(2); False when it failed or ctypes is unavailable."""
     if not AVAILABLE:
         return False
-    return bool(_libc.prctl(option, ctypes.c_ulong(a), ctypes.c_ulong(b), ctypes.c_ulong(c), ctypes.c_ulong(d)) == 0)
+    return bool(_prctl(option, a, b, c, d) == 0)
 
 
 def syscall(name: str, *args: Any) -> int:
@@ -74,29 +70,6 @@ def syscall(name: str, *args: Any) -> int:
     if rc < 0:
         _raise(name)
     return rc
-
-
-def clone_parent() -> int:
-    """fork(), except that the child's parent is our parent (``CLONE_PARENT``): 0 in the child.
-
-    The template uses it so every worker it births is a child of the agent, which
-    then waits for them (and sees them stop, with ``WUNTRACED``). Python's own fork
-    hooks run as for ``os.fork``. Raises ``OSError`` if the kernel refuses.
-    """
-    nr = NR.get("clone")
-    if not AVAILABLE or nr is None:
-        raise OSError(errno.ENOSYS, f"clone: not available on {MACHINE}")
-    _api.PyOS_BeforeFork()
-    zero = ctypes.c_long(0)
-    pid = int(_api.syscall(ctypes.c_long(nr), ctypes.c_long(CLONE_PARENT | signal.SIGCHLD), zero, zero, zero, zero))
-    if pid == 0:
-        _api.PyOS_AfterFork_Child()
-        return 0
-    err = ctypes.get_errno()
-    _api.PyOS_AfterFork_Parent()
-    if pid < 0:
-        raise OSError(err, f"clone: {os.strerror(err)}")
-    return pid
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:

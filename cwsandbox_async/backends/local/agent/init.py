@@ -1,0 +1,188 @@
+"""PID 1 of a sandbox: the one process a sandbox holds at rest (stdlib only).
+
+PID 1 reads nothing but fixed-size orders and the file descriptors that come with them (see
+``protocol``): it never reads a request's bytes, so its memory holds none, and every fork of it
+starts clean -- ``run_python`` programs run in such forks, with no separate template. Per order it
+forks once (``execs``, ``child``); the driver reads the exec's output straight from the pipes it
+created, so no output passes through PID 1 either.
+
+It waits in ``poll`` on its channel and on a wake-up pipe written by its ``SIGCHLD`` handler; its
+timers are the execs' deadlines, their next samples, and the sandbox's max lifetime. As PID 1 of the
+sandbox's pid namespace it is the reaper of everything in it, and no process inside can stop or kill
+it (the kernel drops signals from inside that PID 1 has no handler for; it handles only
+``SIGCHLD``), read its memory or trace it (it is not dumpable; seccomp denies ``ptrace``). It exits
+when the driver closes the channel (then the kernel kills everything else in the sandbox), or at the
+max lifetime. Outside a namespace (``isolation="none"``) it is a child subreaper of its own, and
+kills every descendant before it exits.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+from . import oom, proctree, sysapi
+from .execs import Exec, Execs
+from .protocol import MAX_ORDER_FDS, O_KILL, O_RUN, ORDER, R_HELLO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, NoReturn
+
+    from .settings import Settings
+
+_ANCILLARY = socket.CMSG_SPACE(MAX_ORDER_FDS * 4)
+
+
+class Init:
+    """PID 1's loop (see the module docstring). ``info``: hardening report, cpus, cgroup fds."""
+
+    def __init__(self, config: dict[str, Any], settings: Settings, fd: int, info: dict[str, Any]) -> None:
+        self.sock = socket.socket(fileno=fd)
+        self.sock.setblocking(True)
+        self.config, self.info = config, info
+        ttl = config.get("ttl")
+        self.ttl_deadline = time.monotonic() + float(ttl) if ttl else None
+        cgroup = info.get("cgroup") or {}
+        events, usage = cgroup.get("cmd_events"), cgroup.get("sandbox_cpu")
+        self.execs = Execs(
+            config,
+            settings,
+            float(info.get("cpus") or 1.0),
+            [int(fd) for fd in cgroup.get("cmd_procs") or ()],
+            oom.Counter(config.get("oom_files"), None if events is None else int(events)),
+            proctree.SandboxCpu(None if usage is None else int(usage)),
+            self.send,
+        )
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def setup(self) -> None:
+        # Every signal at its default but SIGCHLD: the kernel drops a signal from inside the namespace
+        # that PID 1 does not handle (so Python's SIGINT handler goes: it would let ``kill -INT 1``
+        # in), and an ignored one would stay ignored across a command's execve (so Python's SIG_IGN
+        # for SIGPIPE and SIGXFSZ goes; the channel never raises SIGPIPE: MSG_NOSIGNAL).
+        for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, _noop)  # SIGCHLD (also for a stop) only writes the wake-up pipe
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)  # inherited by forks until they exec or run Python
+        if os.getpid() != 1:
+            sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
+        if self.config.get("die_with_parent"):
+            sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:  # queued orders hold their fds here
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+        hello = {
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "hardening": self.info.get("hardening") or {},
+            "cpus": self.execs.cpus,
+        }
+        stamps = self.config.get("stamps")
+        if isinstance(stamps, dict):  # a born sandbox: when each step of its birth ended (monotonic)
+            hello["stamps"] = {**stamps, "hello": time.monotonic()}
+        self.send(bytes([R_HELLO]) + json.dumps(hello, separators=(",", ":")).encode())
+
+    def send(self, data: bytes) -> None:
+        """One message to the driver (a full channel waits for it: only the driver reads it)."""
+        try:
+            self.sock.send(data, socket.MSG_NOSIGNAL)
+        except OSError:  # the driver is gone: so is everything here
+            self.shutdown()
+
+    def serve(self) -> NoReturn:
+        self.setup()
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        sock = self.sock.fileno()
+        while True:
+            wake = self.execs.next_deadline()
+            if self.ttl_deadline is not None:
+                wake = self.ttl_deadline if wake is None else min(wake, self.ttl_deadline)
+            wait_ms = None if wake is None else max(0, int((wake - time.monotonic()) * 1000) + 1)
+            for fd, _ in poller.poll(wait_ms):
+                if fd == sock:
+                    if not self.on_orders():
+                        self.shutdown()
+                else:
+                    _drain(self.wake_r)
+                    self.execs.reap()
+            now = time.monotonic()
+            if self.ttl_deadline is not None and now >= self.ttl_deadline:
+                sys.stderr.write("cwsandbox agent: the sandbox reached its max lifetime\n")
+                self.shutdown()
+            self.execs.tick(now)
+
+    def on_orders(self) -> bool:
+        """Read every waiting order; False when the driver closed the channel."""
+        while True:
+            try:
+                data, ancillary, mflags, _ = self.sock.recvmsg(
+                    ORDER.size, _ANCILLARY, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT
+                )
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            fds = _fds(ancillary)
+            if not data:
+                _close(fds)
+                return False
+            if len(data) != ORDER.size or mflags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                _close(fds)  # not an order of ours: nothing to answer
+                continue
+            kind, mode, flags, rid, timeout, budget = ORDER.unpack(data)
+            if kind == O_RUN:
+                self.execs.submit(Exec(rid, mode, flags, timeout, budget, fds))
+                continue
+            _close(fds)
+            if kind == O_KILL:
+                self.execs.kill(rid)
+
+    def shutdown(self) -> NoReturn:
+        """Exit: as PID 1 the kernel then kills the rest; otherwise kill every descendant first."""
+        if os.getpid() != 1:
+            self.execs.kill_all()
+            for pid in proctree.descendants(os.getpid()):
+                proctree.kill_quietly(pid, signal.SIGKILL)
+        os._exit(0)
+
+
+def _noop(signum: int, frame: FrameType | None) -> None:
+    pass
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    out: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            out.extend(array.array("i", data[: len(data) - len(data) % 4]))
+    return out
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

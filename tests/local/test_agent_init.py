@@ -1,0 +1,128 @@
+"""The sandbox's PID 1 loop on its own, driven through its socket as the driver drives it (no sandbox).
+
+The agent runs in a subprocess of the test (not as PID 1 of a namespace: a child subreaper), so a
+command can stop it, which is what lets the deadline check at the command's end be seen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cwsandbox_async.backends.local.agent import protocol as p
+
+SERVE = """
+import sys
+from cwsandbox_async.backends.local.agent import init, settings
+init.Init({}, settings.Settings(), int(sys.argv[1]), {"cpus": 1.0}).serve()
+"""
+
+
+@pytest.fixture
+def agent() -> Iterator[socket.socket]:
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, str(theirs.fileno())], pass_fds=(theirs.fileno(),))
+    theirs.close()
+    mine.settimeout(30)
+    try:
+        hello = mine.recv(4096)
+        assert hello[0] == p.R_HELLO and json.loads(hello[1:])["pid"] == proc.pid
+        yield mine
+    finally:
+        mine.close()  # the agent kills what is left and exits
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def send(sock: socket.socket, order: bytes, fds: list[int]) -> None:
+    sock.sendmsg([order], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else [])
+    for fd in fds:
+        os.close(fd)
+
+
+def report(sock: socket.socket) -> tuple[int, ...]:
+    data = sock.recv(4096)
+    assert len(data) == p.REPORT.size, data
+    return p.REPORT.unpack(data)
+
+
+def command(argv: list[str]) -> int:
+    """A request memfd for ``argv`` (what the driver writes)."""
+    request = os.memfd_create("request")
+    os.write(request, p.pack_request(b"/", [a.encode() for a in argv], [(b"PATH", b"/usr/bin:/bin")]))
+    return request
+
+
+def run(sock: socket.socket, argv: list[str], timeout: float, rid: int = 7) -> tuple[int, float, int, bytes]:
+    """One exec order; (return code, wall seconds, flags, stdout) from its report."""
+    request = command(argv)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    send(sock, p.ORDER.pack(p.O_RUN, p.M_EXEC, 0, rid, timeout, 0.0), [request, out_w, err_w])
+    kind, _note, flags, got, rc, wall, *_ = report(sock)
+    assert (kind, got) == (p.R_DONE, rid)
+    with os.fdopen(out_r, "rb") as out:
+        stdout = out.read()
+    os.close(err_r)
+    return rc, wall, flags, stdout
+
+
+def test_a_command_that_ends_in_time_is_not_timed_out(agent: socket.socket) -> None:
+    rc, wall, flags, out = run(agent, ["sh", "-c", "sleep 0.1; echo done"], timeout=5)
+    assert (rc, flags & p.D_TIMED_OUT, out) == (0, 0, b"done\n") and wall < 5
+
+
+def test_the_deadline_is_checked_where_the_command_ends(agent: socket.socket) -> None:
+    """The command stops its supervisor, exits at once, and has it continued past the deadline:
+    the supervisor then finds an exited command, but the clock says the timeout passed."""
+    script = "w=$PPID; (sleep 1.5; kill -CONT $w) & kill -STOP $w; exit 0"
+    start = time.monotonic()
+    rc, wall, flags, _ = run(agent, ["sh", "-c", script], timeout=0.5)
+    assert time.monotonic() - start >= 1.5
+    assert rc == 0 and wall >= 1.5
+    assert flags & p.D_TIMED_OUT, "an exec that ended past its timeout was reported in time"
+
+
+def test_a_daemon_the_command_left_dies_with_its_exec(agent: socket.socket) -> None:
+    mark = str(4000 + os.getpid() % 1000)
+    rc, _, _, out = run(agent, ["sh", "-c", f"(setsid sleep {mark} > /dev/null 2>&1 &); echo left"], timeout=5)
+    assert (rc, out) == (0, b"left\n")
+    ps = subprocess.run(["pgrep", "-f", f"sleep {mark}"], capture_output=True, check=False)
+    assert ps.stdout == b"", "a daemon outlived its exec"
+
+
+def test_a_bad_order_is_refused_and_the_agent_serves_on(agent: socket.socket) -> None:
+    request = os.memfd_create("request")
+    send(agent, p.ORDER.pack(p.O_RUN, p.M_EXEC, 0, 3, 5.0, 0.0), [request])  # no pipes
+    kind, note, *_ = report(agent)
+    assert (kind, note) == (p.R_FAIL, p.N_BAD_ORDER)
+    agent.send(b"not an order")  # ignored
+    assert run(agent, ["echo", "ok"], timeout=5)[3] == b"ok\n"
+
+
+def test_a_kill_order_ends_the_whole_tree(agent: socket.socket) -> None:
+    request = command(["sh", "-c", "sleep 30 & sleep 30"])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    send(agent, p.ORDER.pack(p.O_RUN, p.M_EXEC, 0, 9, 0.0, 0.0), [request, out_w, err_w])
+    time.sleep(0.3)
+    start = time.monotonic()
+    send(agent, p.ORDER.pack(p.O_KILL, 0, 0, 9, 0.0, 0.0), [])
+    kind, _, flags, rid, rc, *_ = report(agent)
+    assert (kind, rid, rc, flags & p.D_TIMED_OUT) == (p.R_DONE, 9, -signal.SIGKILL, 0)
+    assert time.monotonic() - start < 5
+    with os.fdopen(out_r, "rb") as out:
+        assert out.read() == b""  # end of file: nothing holds the pipe any more
+    os.close(err_r)
