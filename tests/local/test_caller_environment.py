@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 import cwsandbox_async as cwa
-from cwsandbox_async.backends.local import LocalBackend
-from cwsandbox_async.backends.local import _backend
+from cwsandbox_async.backends.local import LocalBackend, _backend
 
 from .conftest import requires_isolation
 
