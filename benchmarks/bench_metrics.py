@@ -7,16 +7,14 @@ Measures, in one run:
   same with a no-op aggregator (the share of a full exec that the metrics cost);
 - ``log_metrics`` (snapshot + reset + percentiles) with a window of 10,000 execs.
 
-Writes benchmarks/out/bench_metrics.json. ``--quick`` runs fewer iterations.
+Writes benchmarks/out/metrics.json. ``--quick`` runs fewer iterations.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,6 +24,8 @@ from cwsandbox_async._types import ExecOutcome
 from cwsandbox_async.metrics._aggregator import MetricsAggregator
 from cwsandbox_async.metrics._snapshot import MetricsSnapshot
 from cwsandbox_async.testing import FakeBackend
+
+from ._common import write_json
 
 
 class NoopMetrics(MetricsAggregator):
@@ -91,9 +91,11 @@ def main() -> None:
         "quick": args.quick,
         "python": sys.version.split()[0],
     }
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "bench_metrics.json").write_text(json.dumps(result, indent=2) + "\n")
+    result["headline"] = {
+        "exec_finished_ns": result["exec_finished_ns"],
+        "full_exec_rate_ratio": result["full_exec_rate_ratio"],
+    }
+    write_json("metrics", result)
     for k, v in result.items():
         print(f"{k:>28}: {v}")
 

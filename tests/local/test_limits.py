@@ -69,6 +69,17 @@ async def test_memory_bomb_is_contained(tag: str) -> None:
         assert await host_true_works()
 
 
+async def test_a_host_out_of_memory_kills_sandboxes_first(tag: str) -> None:
+    # Every process of a sandbox has the highest OOM score (its commands, what they start, its PID 1);
+    # it was once set in each fork before its execve, where the write is refused (not dumpable).
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec(["sh", "-c", "cat /proc/self/oom_score_adj; sleep 5 & cat /proc/$!/oom_score_adj; kill $!"])
+        assert r.stdout.split() == ["1000", "1000"], r
+        r = await sb.run_python("print(open('/proc/self/oom_score_adj').read().strip())")
+        assert r.stdout == "1000\n", r
+
+
 async def test_output_flood_is_cut_at_the_cap(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()

@@ -11,7 +11,7 @@ memory -- which every fork starts from -- holds none (``run_python`` programs sc
 3. starts a session of its own and becomes a *child subreaper*: every process the command leaves
    behind (double-forked, ``setsid`` daemons) stays below it while it runs, so its tree is its exec's
    whole tree (seccomp keeps it so: ``CLONE_PARENT`` and clearing the subreaper flag are denied);
-4. raises its OOM score (the OOM killer prefers commands) and applies the sandbox's rlimits.
+4. applies the sandbox's rlimits (its OOM score, 1000, is PID 1's: see ``init``).
 
 Then a command is ``execve``'d (a failure: ``cwsandbox: ...`` on stderr, exit 126, or 127 when not
 found); Python source runs in this process as ``python3 -c`` would: ``sys.argv == ["-c"]``, ``""``
@@ -135,13 +135,6 @@ def _command(mode: int, fds: list[int], joins: list[int], config: dict[str, Any]
     sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
     if config.get("die_with_parent"):
         sysapi.prctl(sysapi.PR_SET_PDEATHSIG, signal.SIGKILL)
-    if config.get("oom_adjust", True):
-        try:
-            adj = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
-            os.write(adj, b"1000")
-            os.close(adj)
-        except OSError:
-            pass
     limits = config.get("limits")
     if limits:
         apply_limits(limits)

@@ -73,6 +73,11 @@ class Init:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, _noop)  # SIGCHLD (also for a stop) only writes the wake-up pipe
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        # The highest OOM score, inherited by every fork: a host out of memory kills sandboxes first.
+        # (PID 1 is outside the commands' memory cgroup, so their own limit never picks it.) Written
+        # while PID 1 is still dumpable: after that its /proc/self is not its own to write, nor is
+        # a fork's before it execs.
+        _raise_oom_score()
         sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)  # inherited by forks until they exec or run Python
         if os.getpid() != 1:
             sysapi.prctl(sysapi.PR_SET_CHILD_SUBREAPER, 1)
@@ -186,3 +191,14 @@ def _close(fds: list[int]) -> None:
             os.close(fd)
         except OSError:
             pass
+
+
+def _raise_oom_score() -> None:
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+    except OSError:  # a /proc without it: the kernel's own choice stands
+        pass
