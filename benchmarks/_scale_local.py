@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 import cwsandbox_async as cwa
+from cwsandbox_async.backends.local import _threads as local_threads
 from cwsandbox_async.backends.local._bwrap import SANDBOX_PATH
 
 from . import _procstat as ps
@@ -310,7 +311,12 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
         return all(ps.start_time(pid) != start for pid, start in procs)
 
     gone = await wait_until(processes_gone, 10)
-    back = await wait_until(lambda: ps.fd_count() <= base["fds"] and ps.thread_count() <= base["threads"], 10)
+    # anyio keeps its idle worker threads (the backend uses at most THREADS at once) until the event
+    # loop ends; anything past those is a leak.
+    idle_pool = local_threads.THREADS
+    back = await wait_until(
+        lambda: ps.fd_count() <= base["fds"] and ps.thread_count() <= base["threads"] + idle_pool, 10
+    )
     left_registry = []
     if registry is not None:
         left_registry = [e for e in registry.read_all() if e.get("session_id") == session_id]
