@@ -40,7 +40,7 @@ import struct
 import sys
 import time
 
-from . import _rootfs, harden
+from . import _rootfs, harden, protocol
 from .protocol import MAX_BIRTH_CONFIG
 
 TYPE_CHECKING = False
@@ -86,7 +86,7 @@ def serve(ctl: socket.socket, config: dict[str, Any]) -> NoReturn:
     space = socket.CMSG_SPACE(2 * 4)
     while True:
         msg, ancillary, _, _ = ctl.recvmsg(16, space, socket.MSG_CMSG_CLOEXEC)
-        fds = _fds(ancillary)
+        fds = protocol.received_fds(ancillary)
         if not msg:
             os._exit(0)
         if msg != FORK or len(fds) != 2:
@@ -130,14 +130,6 @@ def _reap(signum: int, frame: FrameType | None) -> None:
             return
         if pid == 0:
             return
-
-
-def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    out: list[int] = []
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            out.extend(array.array("i", data[: len(data) - len(data) % 4]))
-    return out
 
 
 # -- one birth ---------------------------------------------------------------------------------------
@@ -185,7 +177,7 @@ def _receive(chan: socket.socket) -> tuple[dict[str, Any], list[int]]:
     data, ancillary, flags, _ = chan.recvmsg(
         MAX_BIRTH_CONFIG, socket.CMSG_SPACE(MAX_BIRTH_FDS * 4), socket.MSG_CMSG_CLOEXEC
     )
-    fds = _fds(ancillary)
+    fds = protocol.received_fds(ancillary)
     if not data:
         raise EOFError("the driver closed the channel before the birth configuration arrived")
     if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):

@@ -18,7 +18,6 @@ kills every descendant before it exits.
 
 from __future__ import annotations
 
-import array
 import json
 import os
 import resource
@@ -28,7 +27,7 @@ import socket
 import sys
 import time
 
-from . import oom, proctree, sysapi
+from . import oom, proctree, protocol, sysapi
 from .execs import Exec, Execs
 from .protocol import MAX_ORDER_FDS, O_KILL, O_RUN, ORDER, R_HELLO
 
@@ -141,7 +140,7 @@ class Init:
                 return True
             except OSError:
                 return False
-            fds = _fds(ancillary)
+            fds = protocol.received_fds(ancillary)
             if not data:
                 _close(fds)
                 return False
@@ -175,14 +174,6 @@ def _drain(fd: int) -> None:
             pass
     except BlockingIOError:
         pass
-
-
-def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    out: list[int] = []
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            out.extend(array.array("i", data[: len(data) - len(data) % 4]))
-    return out
 
 
 def _close(fds: list[int]) -> None:

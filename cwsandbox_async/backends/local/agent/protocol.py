@@ -35,7 +35,9 @@ PID 1 -> driver:
 
 from __future__ import annotations
 
+import array
 import json
+import socket
 import struct
 
 TYPE_CHECKING = False  # typing is not imported at run time: the agent starts faster without it
@@ -152,4 +154,13 @@ def _pread_exactly(fd: int, n: int, offset: int) -> bytes:
         if not chunk:
             raise ValueError("request shorter than its metadata says")
         out += chunk
+    return out
+
+
+def received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors an ``SCM_RIGHTS`` message carried (``socket.recvmsg``'s ancillary data)."""
+    out: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            out.extend(array.array("i", data[: len(data) - len(data) % 4]))
     return out
