@@ -9,7 +9,7 @@ never sees it, and waits for the newborn's ``B`` record carrying a pidfd of its 
 The two are separate so the driver prepares the sandbox's cgroups while the template forks.
 
 Why this design (measured on a 2-core VM shared with other jobs, load average 8-19, Python 3.11; every
-figure against a baseline in the same run, see ``benchmarks/results.d/local-zygote.md``):
+figure against a baseline in the same run; current figures in ``benchmarks/RESULTS.md``):
 
 =============================================================  ==========================================
 sandbox per create, the previous design                        ``bwrap`` + a fresh ``python3`` agent
