@@ -122,15 +122,43 @@ async def test_a_broken_stream_is_a_transport_error_and_its_command_is_killed(
     assert (await backend.exec(sid, make_request("echo", "fine"))).stdout == b"fine\n"
 
 
+#: A daemon that passes for PID 1's idle ``sleep``: re-parented to PID 1 and named ``sleep``; only its
+#: executable gives it away.
+DISGUISED = (
+    "import ctypes, os, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        null = os.open(os.devnull, os.O_RDWR)\n"
+    "        for fd in (0, 1, 2):\n"
+    "            os.dup2(null, fd)\n"
+    "        ctypes.CDLL(None).prctl(15, b'sleep', 0, 0, 0)\n"
+    "        time.sleep(64)\n"
+    "    os._exit(0)\n"
+)
+
+
+async def ns_pid(backend: KubernetesBackend, sid: str) -> int:
+    """The next pid in the pod's PID namespace (a fresh shell's own)."""
+    return int((await backend.exec(sid, make_request("/bin/sh", "-c", "echo $$"))).stdout)
+
+
 async def test_an_exclusive_exec_runs_alone(k8s_server: KubeTestServer, pod: tuple[KubernetesBackend, str]) -> None:
     backend, sid = pod
     # a process that left the exec's session (double fork + setsid): only exclusive reaches it
     await backend.exec(sid, make_request("/bin/sh", "-c", "(setsid sleep 64 >/dev/null 2>&1 &)"))
-    await wait_for(lambda: left(k8s_server, sid) == ["sleep 64"])
-    request = make_request("/bin/sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    await backend.exec(sid, make_request("python3", "-c", DISGUISED))
+    await wait_for(lambda: sorted(left(k8s_server, sid)) == ["python3 -c " + DISGUISED.strip(), "sleep 64"])
+    before = await ns_pid(backend, sid)
+    request = make_request("/bin/sh", "-c", "cat /proc/[0-9]*/comm; cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
     r = await backend.exec(sid, dataclasses_replace(request, exclusive=True))
-    assert b"sleep 64" not in r.stdout and r.returncode == 0
+    assert b"sleep 64" not in r.stdout and b"python3" not in r.stdout and r.returncode == 0, r
     await no_process_left(k8s_server, sid)
+    # PID 1 restarts its idle sleep once when the exclusive exec kills it; that new sleep is not a
+    # leftover to kill again. (Killing it every round made PID 1 start ~50 more and the exec wait a
+    # second before it ran: ~100 pids between the two probes instead of ~15.)
+    used = await ns_pid(backend, sid) - before
+    assert 0 < used < 40, used
 
 
 def dataclasses_replace(request: Any, **kw: Any) -> Any:

@@ -36,15 +36,23 @@ GO = b"go\n"
 #: Kill processes until none is left: ``cws_reap session ID`` (session/group ID and descendants)
 #: or ``cws_reap others`` (everything but PID 1, this shell and its parent). Zombies are skipped;
 #: a process that cannot be signalled is not retried. Returns 1 if processes kept appearing.
+#: ``others`` kills PID 1's idle ``sleep`` (``IDLE_SCRIPT``) too, and PID 1 starts another at once:
+#: after the first round, a child of PID 1 whose executable is the image's ``sleep`` and whose name is
+#: ``sleep`` (busybox picks the applet by that name) is that new one, not a leftover (every process
+#: that existed was killed in the first round, and neither can be forged without *being* sleep).
+#: Counting it made every exclusive exec spend 50 rounds (a second) before it started.
 _REAP = (
-    'cws_reap() { m=$1 k=$2 keep=" 1 $$ $PPID " r=0; '
+    'cws_reap() { m=$1 k=$2 keep=" 1 $$ $PPID " r=0 z=$(command -v sleep); '
     'while [ "$r" -lt 50 ]; do f=; '
     "for d in /proc/[0-9]*; do p=${d#/proc/}; "
     'case "$keep" in *" $p "*) continue;; esac; '
     'read -r s 2>/dev/null < "$d/stat" || continue; '
     "set -- ${s##*) }; "  # state ppid pgrp session ...
     '[ "$1" = Z ] && continue; '
-    'if [ "$m" = others ]; then kill -9 "$p" 2>/dev/null && f="$f $p"; continue; fi; '
+    'if [ "$m" = others ]; then '
+    '[ "$r" -gt 0 ] && [ "$2" = 1 ] && [ -n "$z" ] && [ "$d/exe" -ef "$z" ] && read -r n 2>/dev/null < "$d/comm" '
+    '&& [ "$n" = sleep ] && continue; '
+    'kill -9 "$p" 2>/dev/null && f="$f $p"; continue; fi; '
     'case " $k $f " in *" $p "*|*" $2 "*|*" $3 "*|*" $4 "*) kill -9 "$p" 2>/dev/null && f="$f $p";; esac; '
     "done; "
     '[ -n "$f" ] || return 0; r=$((r + 1)); sleep 0.02 2>/dev/null || sleep 1; '
