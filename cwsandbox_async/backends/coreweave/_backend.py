@@ -18,7 +18,7 @@ from ..._errors import (
     SandboxTerminatedError,
 )
 from ..._log import log
-from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
 from ..base import Backend, OutputCallback
 from . import _files
 from ._channel import Channel, RpcError
@@ -210,9 +210,10 @@ class CoreWeaveBackend(Backend):
             return await self._diagnose(sandbox_id, service_id, request, out, wall)
         result = out.judge(request, wall)
         if on_output is not None and not streamed:  # exec_rpc="unary": the output arrives at once
-            for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
+            streams: tuple[tuple[StreamName, bytes], ...] = (("stdout", result.stdout), ("stderr", result.stderr))
+            for name, data in streams:
                 if data:
-                    await on_output(name, data)  # type: ignore[arg-type]
+                    await on_output(name, data)
         return result
 
     async def _diagnose(
