@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anyio
 import pytest
 import structlog
+
+from cwsandbox_async import SandboxBackendUnavailableError, Session
 
 
 @pytest.fixture
@@ -22,3 +25,20 @@ def _structlog_unconfigured() -> Iterator[None]:
     the ``cwsandbox_async`` stdlib logger (so ``caplog`` would see nothing in later tests)."""
     yield
     structlog.reset_defaults()
+
+
+async def _local_problem() -> str | None:
+    try:
+        async with Session(backend="local") as s, s.sandbox():
+            return None
+    except SandboxBackendUnavailableError as exc:
+        return str(exc)
+
+
+@pytest.fixture(scope="module")
+def local_backend() -> None:
+    """Examples and docs blocks run on the local backend by default; skip (with the reason) where it
+    cannot start."""
+    problem = anyio.run(_local_problem)
+    if problem is not None:
+        pytest.skip(f"local backend not available: {problem}")

@@ -25,8 +25,6 @@ import anyio
 import pytest
 from markdown_blocks import ROOT, Block, blocks, doc_files
 
-from cwsandbox_async import SandboxBackendUnavailableError, Session
-
 ALL_BLOCKS = [b for path in doc_files() for b in blocks(path)]
 HEAVY = {"trl", "art"}  # extras whose import alone takes 10+ s
 
@@ -34,22 +32,6 @@ HEAVY = {"trl", "art"}  # extras whose import alone takes 10+ s
 def _param(block: Block) -> object:
     marks = [pytest.mark.integration] if HEAVY & set(block.needs) else []
     return pytest.param(block, id=block.id, marks=marks)
-
-
-async def _local_problem() -> str | None:
-    try:
-        async with Session(backend="local") as s, s.sandbox():
-            return None
-    except SandboxBackendUnavailableError as exc:
-        return str(exc)
-
-
-@pytest.fixture(scope="module")
-def local_backend() -> None:
-    """Blocks run on the local backend by default; skip (with the reason) where it cannot start."""
-    problem = anyio.run(_local_problem)
-    if problem is not None:
-        pytest.skip(f"local backend not available: {problem}")
 
 
 # -- services a block may ask for ------------------------------------------------------------

@@ -15,29 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import pytest
-
-from cwsandbox_async import SandboxBackendUnavailableError, Session
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-
-async def _local_problem() -> str | None:
-    try:
-        async with Session(backend="local") as s, s.sandbox():
-            return None
-    except SandboxBackendUnavailableError as exc:
-        return str(exc)
-
-
-@pytest.fixture(scope="module")
-def local_backend() -> None:
-    """The examples run on the local backend by default; skip (with the reason) where it cannot start."""
-    problem = anyio.run(_local_problem)
-    if problem is not None:
-        pytest.skip(f"local backend not available: {problem}")
 
 
 def run_example(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:

@@ -39,6 +39,7 @@ import pytest
 from adversarial.conftest import bwrap_problem, host_processes_matching
 from k8s.conftest import TEST_IMAGE, BackendFactory, k8s_server, make_backend, needs_bwrap, wait_no_pods  # noqa: F401
 from k8s.server import KubeTestServer
+from proctree import descendants
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.kubernetes._options import TIMEOUT_DEFAULTS
@@ -203,22 +204,6 @@ async def test_a_forgotten_live_sandbox_is_found_and_swept_by_age() -> None:
 
 def open_fds() -> set[int]:
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``."""
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        here = todo.pop()
-        try:
-            with open(f"/proc/{here}/task/{here}/children") as f:
-                kids = [int(x) for x in f.read().split()]
-        except OSError:
-            continue
-        out.extend(kids)
-        todo.extend(kids)
-    return out
 
 
 def processes_naming(ids: list[str]) -> list[int]:

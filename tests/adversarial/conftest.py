@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import pytest
+from proctree import descendants, is_zombie
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local._bwrap import find_bwrap
@@ -50,38 +51,6 @@ def bwrap_problem() -> str | None:
 requires_isolation = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
 
 
-def descendants(root: int | None = None) -> set[int]:
-    """Live (non-zombie) descendants of ``root`` (this process by default), through every thread."""
-    root = os.getpid() if root is None else root
-    out: set[int] = set()
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            for kid in kids:
-                if kid not in out and not _zombie(kid):
-                    out.add(kid)
-                    todo.append(kid)
-    return out
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except OSError:
-        return True
-
-
 def host_processes_matching(needle: bytes) -> list[int]:
     """Host pids whose command line contains ``needle`` (this process excluded)."""
     out = []
@@ -93,7 +62,7 @@ def host_processes_matching(needle: bytes) -> list[int]:
                 cmdline = f.read().replace(b"\x00", b" ")
         except OSError:
             continue
-        if needle in cmdline and not _zombie(int(name)):
+        if needle in cmdline and not is_zombie(int(name)):
             out.append(int(name))
     return out
 

@@ -8,10 +8,11 @@ import time
 
 import anyio
 import pytest
+from proctree import descendants
 
 import cwsandbox_async as cwa
 
-from .conftest import arena, descendants, host_processes_matching, requires_isolation
+from .conftest import arena, host_processes_matching, requires_isolation
 
 pytestmark = requires_isolation
 

@@ -9,31 +9,11 @@ from __future__ import annotations
 import os
 
 import anyio
+from proctree import descendants
 
 from .conftest import local_session, requires_isolation, wait_until
 
 pytestmark = requires_isolation
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``."""
-    out: list[int] = []
-    stack = [pid]
-    while stack:
-        here = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{here}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{here}/task/{tid}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            out.extend(kids)
-            stack.extend(kids)
-    return out
 
 
 def cpu_seconds(pid: int) -> float:
@@ -47,17 +27,17 @@ async def test_a_sandbox_is_one_process_before_and_after_a_burst(tag: str) -> No
         sb = await s.sandbox()
         root = s.backend._boxes[sb.sandbox_id].pid  # type: ignore[attr-defined]
         assert root is not None
-        assert descendants(root) == []  # born: PID 1 only
+        assert descendants(root) == set()  # born: PID 1 only
         async with anyio.create_task_group() as tg:
             for _ in range(4):
                 tg.start_soon(sb.exec, ["sleep", "0.3"])
             tg.start_soon(sb.run_python, "import time; time.sleep(0.3)")
             await anyio.sleep(0.15)
             assert len(descendants(root)) >= 5  # one process per exec while they run
-        await wait_until(lambda: descendants(root) == [], within=5)
+        await wait_until(lambda: descendants(root) == set(), within=5)
         await sb.write_file("/workspace/f", b"x")
         assert await sb.read_file("/workspace/f") == b"x"
-        assert descendants(root) == []  # file helpers are gone with their operation too
+        assert descendants(root) == set()  # file helpers are gone with their operation too
 
 
 async def test_an_idle_pid_1_uses_no_cpu(tag: str) -> None:
