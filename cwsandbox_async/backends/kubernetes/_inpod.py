@@ -42,7 +42,7 @@ GO = b"go\n"
 #: that existed was killed in the first round, and neither can be forged without *being* sleep).
 #: Counting it made every exclusive exec spend 50 rounds (a second) before it started.
 _REAP = (
-    'cws_reap() { m=$1 k=$2 keep=" 1 $$ $PPID " r=0 z=$(command -v sleep); '
+    'cws_reap() { m=$1 k=$2 keep=" 1 $$ $PPID " r=0 z=; '
     'while [ "$r" -lt 50 ]; do f=; '
     "for d in /proc/[0-9]*; do p=${d#/proc/}; "
     'case "$keep" in *" $p "*) continue;; esac; '
@@ -50,7 +50,8 @@ _REAP = (
     "set -- ${s##*) }; "  # state ppid pgrp session ...
     '[ "$1" = Z ] && continue; '
     'if [ "$m" = others ]; then '
-    '[ "$r" -gt 0 ] && [ "$2" = 1 ] && [ -n "$z" ] && [ "$d/exe" -ef "$z" ] && read -r n 2>/dev/null < "$d/comm" '
+    '[ "$r" -gt 0 ] && [ "$2" = 1 ] && { [ -n "$z" ] || z=$(command -v sleep) || z=/; } '
+    '&& [ "$d/exe" -ef "$z" ] && read -r n 2>/dev/null < "$d/comm" '
     '&& [ "$n" = sleep ] && continue; '
     'kill -9 "$p" 2>/dev/null && f="$f $p"; continue; fi; '
     'case " $k $f " in *" $p "*|*" $2 "*|*" $3 "*|*" $4 "*) kill -9 "$p" 2>/dev/null && f="$f $p";; esac; '
