@@ -99,10 +99,9 @@ async def sdk(url: str, n: int, each: int) -> dict[str, float]:
 
 
 def _server(start_delay: float) -> Any:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from coreweave.server import CoreWeaveTestServer
+    from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
-    server = CoreWeaveTestServer()
+    server = CoreWeaveTestServer(rpcs="all")
     server.service.faults.start_delay = start_delay
     return server
 

@@ -1,6 +1,6 @@
 """The CoreWeave backend against the test server, next to the unmodified ``cwsandbox`` SDK in the same run.
 
-The test server (tests/coreweave/server.py) runs in its own process on 127.0.0.1 and
+The test server (``python -m cwsandbox_async.testing.coreweave --rpcs all``) runs in its own process on 127.0.0.1 and
 serves the real protocol over real local sandboxes; every client runs in a process of
 its own (``benchmarks/_coreweave_clients.py``), so ``getrusage`` counts only that
 client (user + system CPU, all its threads: the SDK's loop thread and grpc's poller).
@@ -41,10 +41,8 @@ CLIENTS = ("ours", "ours-stream", "bare", "sdk")
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); from coreweave.server import main; main()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    argv = [sys.executable, "-m", "cwsandbox_async.testing.coreweave", "--rpcs", "all", "--until-stdin-closes"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
     if not url.startswith("http"):

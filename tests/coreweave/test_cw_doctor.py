@@ -7,8 +7,7 @@ import pytest
 from cwsandbox_async.backends.coreweave._doctor import probe
 from cwsandbox_async.backends.probes import FAIL, OK, SKIP, WARN, ProbeRequest, Section
 from cwsandbox_async.cli.doctor import run_doctor
-
-from .server import CoreWeaveTestServer
+from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
 
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:

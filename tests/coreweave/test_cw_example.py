@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from .server import CoreWeaveTestServer
+from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "coreweave_reward.py"
 

@@ -7,12 +7,13 @@ import time
 
 import anyio
 import pytest
+import structlog
 
 from cwsandbox_async._types import ExecRequest, StreamName
 from cwsandbox_async.testing.contract import make_request, make_spec
+from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
 from .conftest import BackendFactory
-from .server import CoreWeaveTestServer
 
 # bytes 0..255, then a euro sign split across two writes (and so across two output frames)
 BINARY = (
@@ -131,3 +132,25 @@ async def test_what_the_service_was_sent(cw_server: CoreWeaveTestServer, make_ba
 
 def _fields(req: ExecRequest) -> dict[str, object]:
     return {f: getattr(req, f) for f in req.__slots__}  # type: ignore[attr-defined]
+
+
+async def test_unary_exec_unimplemented_falls_back_to_stream_once(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory
+) -> None:
+    """A service that does not serve unary Exec (as the SDK never calls it): StreamExec, asked once, logged once."""
+    backend = make_sdk_backend()  # exec_rpc="auto": unary where it is served
+    spec = make_spec("fallback")
+    await backend.create(spec)
+    with structlog.testing.capture_logs() as logs:
+        for i in range(3):
+            r = await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", f"echo {i}; exit {i}"))
+            assert (r.returncode, r.stdout) == (i, f"{i}\n".encode())
+    service = cw_sdk_server.service
+    assert len(service.calls("Exec")) == 1
+    assert len(service.calls("StreamExec")) == 3
+    assert [e["event"] for e in logs if "unary Exec" in e["event"]] == [
+        "coreweave service does not serve unary Exec; using StreamExec"
+    ]
+    await backend.destroy(spec.sandbox_id)
+    await backend.aclose()  # PurgeSandboxes is not served either: the close deletes one by one
+    assert service.live() == []

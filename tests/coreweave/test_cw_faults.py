@@ -17,9 +17,9 @@ from cwsandbox_async import (
 )
 from cwsandbox_async._types import StreamName
 from cwsandbox_async.testing.contract import make_request, make_spec
+from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
 from .conftest import BackendFactory
-from .server import CoreWeaveTestServer
 
 
 async def test_create_is_retried_with_one_idempotency_key(
@@ -131,9 +131,9 @@ async def test_lost_delete_is_swept_at_close(cw_server: CoreWeaveTestServer, mak
     assert len(cw_server.service.calls("PurgeSandboxes")) == 1
 
 
-async def test_stream_cut_mid_output_is_a_transport_error(
-    cw_server: CoreWeaveTestServer, make_backend: BackendFactory
-) -> None:
+async def test_stream_cut_mid_output(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    """Aborted with UNAVAILABLE: the service failed (infrastructure). Ended OK without an exit status while the
+    sandbox runs and a probe exec works: no evidence against the platform, so not infrastructure."""
     backend = make_backend()
     spec = make_spec("cut")
     await backend.create(spec)
@@ -143,16 +143,61 @@ async def test_stream_cut_mid_output_is_a_transport_error(
         seen.append(data)
 
     script = "for i in 1 2 3 4 5; do echo line$i; sleep 0.05; done"
-    for code in (grpc.StatusCode.UNAVAILABLE, None):  # aborted, and ended OK without an exit frame
+    for code, infrastructure in ((grpc.StatusCode.UNAVAILABLE, True), (None, False)):
         faults = cw_server.service.faults
         faults.cut_stream_after, faults.cut_code = 2, code
         seen.clear()
         with pytest.raises(SandboxTransportError) as info:
             await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", script), on_output)
-        assert info.value.infrastructure is True  # the sandbox is alive: the transport failed
+        assert info.value.infrastructure is infrastructure
         assert b"".join(seen) == b"line1\nline2\n"
     r = await backend.exec(spec.sandbox_id, make_request("echo", "after"))
     assert r.stdout == b"after\n"
+    await backend.destroy(spec.sandbox_id)
+
+
+MARKER = "END-MY-STREAM"
+
+
+async def test_a_program_that_ends_its_stream_keeps_its_own_verdict(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory
+) -> None:
+    """The service ends the stream (OK, no exit status) when the program says so: the failure stays the
+    program's (a probe exec shows the service and the sandbox work), never a masked one."""
+    backend = make_sdk_backend()
+    spec = make_spec("masked")
+    await backend.create(spec)
+    service = cw_sdk_server.service
+    service.faults.end_stream_on = MARKER.encode()
+    program = f"import sys; print('wrong answer'); sys.stdout.flush(); print('{MARKER}', flush=True); sys.exit(1)"
+    with pytest.raises(SandboxTransportError, match="program's failure") as info:
+        await backend.exec(spec.sandbox_id, make_request("python3", "-c", program))
+    assert info.value.infrastructure is False
+    probes = [c for c in service.calls("StreamExec") if c is not None and list(c.init.command) == ["true"]]
+    assert len(probes) == 1  # the evidence was looked for
+    service.faults.end_stream_on = None
+    r = await backend.exec(spec.sandbox_id, make_request("echo", "still usable"))
+    assert r.stdout == b"still usable\n"
+    await backend.destroy(spec.sandbox_id)
+
+
+async def test_a_lost_stream_is_infrastructure_when_the_probe_fails(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory
+) -> None:
+    """The same lost stream, but the service then fails the probe exec too: evidence the platform failed."""
+    backend = make_sdk_backend()
+    spec = make_spec("lost-stream")
+    await backend.create(spec)
+    faults = cw_sdk_server.service.faults
+    faults.end_stream_on = MARKER.encode()
+
+    async def on_output(stream: StreamName, data: bytes) -> None:
+        faults.bare_unavailable["StreamExec"] = 1  # the next call (the probe): the service is down
+
+    script = f"echo first; sleep 0.1; echo {MARKER}"
+    with pytest.raises(SandboxTransportError, match="probe exec failed") as info:
+        await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", script), on_output)
+    assert info.value.infrastructure is True
     await backend.destroy(spec.sandbox_id)
 
 

@@ -6,9 +6,9 @@ import pytest
 
 from cwsandbox_async import SandboxStatus, SandboxValidationError
 from cwsandbox_async.testing.contract import make_request, make_spec
+from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
 from .conftest import BackendFactory
-from .server import CoreWeaveTestServer
 
 
 async def test_another_instance_finds_lists_and_destroys_by_library_id(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-from .server import CoreWeaveTestServer
+from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
 CLIENT = Path(__file__).with_name("sdk_client.py")
 

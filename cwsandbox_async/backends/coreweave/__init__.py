@@ -11,7 +11,15 @@ Without the extra, asking for the backend raises ``SandboxBackendUnavailableErro
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# grpc's fork handlers are for its sync stack; grpc.aio does not support fork at all. Left on, every
+# fork of a process holding a channel (a subprocess, a local sandbox, a data loader) logs "Other
+# threads are currently calling into gRPC, skipping fork() handlers" at INFO on stderr, from
+# src/core/lib/iomgr/fork_posix.cc. It is read when grpc is imported, so set before; a value the
+# user set wins.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from ._options import CoreWeaveOptions
 

@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 from ..._errors import (
     SandboxBackendUnavailableError,
     SandboxCreationError,
@@ -21,7 +23,7 @@ from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
 from ..base import Backend, OutputCallback
 from . import _files
-from ._channel import Channel, RpcError
+from ._channel import Channel, RpcError, open_channel
 from ._convert import MANAGED_TAG, create_request, driver_tag, id_tag, sandbox_info, status_of
 from ._diagnose import diagnose
 from ._errors import translate
@@ -83,6 +85,7 @@ class CoreWeaveBackend(Backend):
         self._destroyed: OrderedDict[str, None] = OrderedDict()
         self._created_any = False
         self._closed = False
+        self._opening = anyio.Lock()
 
     @property
     def isolation(self) -> str:
@@ -99,14 +102,23 @@ class CoreWeaveBackend(Backend):
         return self._readiness
 
     # -- plumbing --------------------------------------------------------------
-    def _ensure(self) -> Channel:
+    async def _ensure(self) -> Channel:
         if self._closed:
             raise SandboxBackendUnavailableError("the coreweave backend is closed", infrastructure=False)
         if self._channel is None:
             endpoint = self.options.endpoint()
-            self._channel = Channel(self.options, endpoint, self.options.auth_metadata(endpoint))
-            self._readiness = Readiness(self._list_own, self.options.ready_poll_seconds, self._starting)
-            log.debug("coreweave backend connected", target=endpoint.target, secure=endpoint.secure)
+            metadata = self.options.auth_metadata(endpoint)
+            async with self._opening:  # one channel, however many calls arrive first
+                if self._channel is None:
+                    channel = await open_channel(self.options, endpoint, metadata)
+                    if self._closed:
+                        await channel.aclose()
+                        raise SandboxBackendUnavailableError("the coreweave backend is closed", infrastructure=False)
+                    self._channel = channel
+            if self._readiness is None:
+                self._readiness = Readiness(self._list_own, self.options.ready_poll_seconds, self._starting)
+                log.debug("coreweave backend connected", target=endpoint.target, secure=endpoint.secure)
+        assert self._channel is not None
         return self._channel
 
     @staticmethod
@@ -122,7 +134,7 @@ class CoreWeaveBackend(Backend):
     async def _pages(self, tags: Sequence[str], *, show_terminated: bool = False) -> builtins.list[Any]:
         from cwsandbox._proto import sandbox_pb2 as pb
 
-        channel, found, token = self._ensure(), [], ""
+        channel, found, token = await self._ensure(), [], ""
         while True:
             req = pb.ListSandboxesRequest(
                 page_size=PAGE_SIZE, page_token=token, tags=list(tags), show_terminated=show_terminated
@@ -167,7 +179,7 @@ class CoreWeaveBackend(Backend):
     # -- create ----------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
         sid = spec.sandbox_id
-        channel = self._ensure()
+        channel = await self._ensure()
         request = create_request(spec, self.options, self.driver_id)
         res = spec.defaults.resources
         self._limits[sid] = (res.cpu_seconds, res.file_size_mib)
@@ -191,18 +203,31 @@ class CoreWeaveBackend(Backend):
         log.debug("coreweave sandbox running", sandbox_id=sid, service_id=service_id)
 
     # -- exec ------------------------------------------------------------------
+    def _streamed(self, channel: Channel, request: ExecRequest, on_output: OutputCallback | None) -> bool:
+        """Whether this exec goes over ``StreamExec`` (see ``_exec``; unary ``Exec`` only where it is served)."""
+        rpc = self.options.exec_rpc
+        if rpc == "stream" or not channel.unary_exec:
+            return True
+        return rpc == "auto" and bool(request.stdin or on_output)
+
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         service_id = await self._usable(sandbox_id)
-        channel = self._ensure()
-        opts = self.options
-        cpu, fsize = self._limits.get(sandbox_id, (None, None))
-        streamed = opts.exec_rpc == "stream" or (opts.exec_rpc == "auto" and bool(request.stdin or on_output))
-        argv = wrap(request, opts.kill_after_seconds, cpu_seconds=cpu, file_size_mib=fsize, cap_inside=not streamed)
+        channel = await self._ensure()
+        streamed = self._streamed(channel, request, on_output)
         start = time.monotonic()
         if streamed:
-            out = await self._stream_with_retries(channel, service_id, request, argv, on_output)
+            out = await self._stream_with_retries(
+                channel, service_id, request, self._argv(sandbox_id, request, True), on_output
+            )
         else:
-            out = await run_unary(channel, service_id, request, argv, opts.exec_slack_seconds)
+            out = await run_unary(
+                channel, service_id, request, self._argv(sandbox_id, request, False), self.options.exec_slack_seconds
+            )
+            if out.error is not None and out.error.failure.code.name == "UNIMPLEMENTED":
+                channel.no_unary_exec()  # nothing ran: the same command over StreamExec, from now on always
+                streamed = True
+                argv = self._argv(sandbox_id, request, True)
+                out = await self._stream_with_retries(channel, service_id, request, argv, on_output)
         wall = time.monotonic() - start
         if out.error is not None:
             return await self._diagnose(sandbox_id, service_id, request, out, wall)
@@ -216,11 +241,26 @@ class CoreWeaveBackend(Backend):
                     await on_output(name, data)
         return result
 
+    def _argv(self, sandbox_id: str, request: ExecRequest, streamed: bool) -> list[str]:
+        cpu, fsize = self._limits.get(sandbox_id, (None, None))
+        kill_after = self.options.kill_after_seconds
+        return wrap(request, kill_after, cpu_seconds=cpu, file_size_mib=fsize, cap_inside=not streamed)
+
     async def _diagnose(
         self, sandbox_id: str, service_id: str, request: ExecRequest, out: ExecOutcome, wall: float
     ) -> ExecExit:
         destroyed = sandbox_id in self._destroyed
-        return await diagnose(self._ensure(), sandbox_id, service_id, request, out, wall, destroyed=destroyed)
+        channel = await self._ensure()
+
+        async def probe() -> ExecOutcome:
+            """``true`` in the same sandbox, on the RPC this backend uses, under the request deadline."""
+            seconds = self.options.request_timeout_seconds
+            check = ExecRequest(("true",), "/", {}, None, seconds, 1024)
+            if self._streamed(channel, check, None):
+                return await run_stream(channel, service_id, check, ["true"], 0.0, None)
+            return await run_unary(channel, service_id, check, ["true"], 0.0)
+
+        return await diagnose(channel, sandbox_id, service_id, request, out, wall, destroyed=destroyed, probe=probe)
 
     async def _stream_with_retries(
         self, channel: Channel, service_id: str, request: ExecRequest, argv: Sequence[str], on_output: Any
@@ -243,7 +283,7 @@ class CoreWeaveBackend(Backend):
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
         service_id = await self._usable(sandbox_id)
         try:
-            data = await _files.read(self._ensure(), service_id, path, self.options.file_timeout_seconds)
+            data = await _files.read(await self._ensure(), service_id, path, self.options.file_timeout_seconds)
         except RpcError as exc:
             raise translate(exc.failure, f"read {path}", sandbox_id=sandbox_id, path=path) from exc.cause
         if len(data) > max_bytes:
@@ -252,7 +292,7 @@ class CoreWeaveBackend(Backend):
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         service_id = await self._usable(sandbox_id)
-        channel, seconds = self._ensure(), self.options.file_timeout_seconds
+        channel, seconds = await self._ensure(), self.options.file_timeout_seconds
         try:
             await _files.write(channel, service_id, path, data, seconds)
             return
@@ -279,7 +319,7 @@ class CoreWeaveBackend(Backend):
 
         req = pb.DeleteSandboxRequest(sandbox_id=service_id, grace_period_seconds=0, allow_missing=True)
         try:
-            await self._ensure().unary("DeleteSandbox", req)
+            await (await self._ensure()).unary("DeleteSandbox", req)
         except RpcError as exc:
             if exc.failure.code.name != "NOT_FOUND":
                 raise translate(exc.failure, "delete sandbox", sandbox_id=sandbox_id) from exc.cause
@@ -305,7 +345,7 @@ class CoreWeaveBackend(Backend):
         if service_id is None:
             return SandboxStatus.COMPLETED
         try:
-            sandbox = await self._ensure().unary("GetSandbox", pb.GetSandboxRequest(sandbox_id=service_id))
+            sandbox = await (await self._ensure()).unary("GetSandbox", pb.GetSandboxRequest(sandbox_id=service_id))
         except RpcError as exc:
             if exc.failure.code.name == "NOT_FOUND":
                 return SandboxStatus.COMPLETED

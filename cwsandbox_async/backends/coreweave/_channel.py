@@ -11,7 +11,12 @@ Every RPC goes through ``Channel.unary`` or ``Channel.stream``:
   ``max_retry_delay_seconds``), otherwise jittered exponential backoff; at most
   ``max_retries`` re-sends. Calls that are not idempotent (exec) are re-sent only when
   the service itself refused them (``RpcFailure.refused_before_start``);
-- ``calls`` counts every attempt per method, so tests and benchmarks can count API calls.
+- ``calls`` counts every attempt per method, so tests and benchmarks can count API calls;
+- ``unary_exec``: whether the service serves the unary ``Exec`` RPC (no known client calls
+  it); cleared, and logged once, the first time it answers ``UNIMPLEMENTED``.
+
+``open_channel`` builds one; for TLS it reads the root certificates (grpc's bundled
+``roots.pem``, or ``$GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``) in a worker thread, off the loop.
 
 Runs on the caller's event loop (no thread hop). Failures leave as ``RpcError``
 carrying the parsed ``RpcFailure``; the backend translates them with the context it has.
@@ -20,6 +25,7 @@ carrying the parsed ``RpcFailure``; the backend translates them with the context
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -33,7 +39,7 @@ from ..._log import log
 from ._errors import RpcFailure
 from ._options import AuthMetadata, CoreWeaveOptions, Endpoint
 
-__all__ = ["Channel", "RpcError"]
+__all__ = ["Channel", "RpcError", "open_channel", "ssl_credentials"]
 
 T = TypeVar("T")
 
@@ -86,16 +92,44 @@ async def _guarded(step: Awaitable[T], call: Any) -> T:
     return task.result()
 
 
-class Channel:
-    """The backend's connection to the service (created on first use, on the running loop)."""
+def ssl_credentials() -> grpc.ChannelCredentials:
+    """TLS credentials with the root certificates read from disk (blocking: call it in a worker thread)."""
+    path = os.environ.get("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH") or os.path.join(
+        os.path.dirname(grpc.__file__), "_cython", "_credentials", "roots.pem"
+    )
+    try:
+        with open(path, "rb") as f:
+            roots: bytes | None = f.read()
+    except OSError:
+        roots = None  # grpc finds its own (it reads them itself, also off the loop: we are in a thread)
+    return grpc.ssl_channel_credentials(root_certificates=roots)
 
-    def __init__(self, options: CoreWeaveOptions, endpoint: Endpoint, metadata: AuthMetadata) -> None:
+
+async def open_channel(options: CoreWeaveOptions, endpoint: Endpoint, metadata: AuthMetadata) -> Channel:
+    """A ``Channel`` to ``endpoint``; TLS material is loaded in a worker thread, never on the loop."""
+    credentials = await anyio.to_thread.run_sync(ssl_credentials) if endpoint.secure else None
+    return Channel(options, endpoint, metadata, credentials)
+
+
+class Channel:
+    """The backend's connection to the service (created on first use, on the running loop).
+
+    ``credentials`` are the TLS credentials of a secure endpoint (see ``open_channel``)."""
+
+    def __init__(
+        self,
+        options: CoreWeaveOptions,
+        endpoint: Endpoint,
+        metadata: AuthMetadata,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         from cwsandbox._proto import sandbox_pb2_grpc
 
         self.options = options
         self.endpoint = endpoint
         self.metadata = metadata
         self.calls: Counter[str] = Counter()
+        self.unary_exec = True
         channel_options = [
             ("grpc.max_send_message_length", options.max_message_bytes),
             ("grpc.max_receive_message_length", options.max_message_bytes),
@@ -104,14 +138,20 @@ class Channel:
             ("grpc.keepalive_timeout_ms", 10_000),
         ]
         if endpoint.secure:
-            self._channel = grpc.aio.secure_channel(
-                endpoint.target, grpc.ssl_channel_credentials(), options=channel_options
-            )
+            if credentials is None:
+                raise ValueError("a secure endpoint needs credentials: build the channel with open_channel")
+            self._channel = grpc.aio.secure_channel(endpoint.target, credentials, options=channel_options)
         else:
             self._channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
         stub_class: Any = sandbox_pb2_grpc.SandboxServiceStub  # generated code, untyped
         self.stub = stub_class(self._channel)
         self._slots = anyio.Semaphore(options.max_in_flight, fast_acquire=True)  # no loop round trip when free
+
+    def no_unary_exec(self) -> None:
+        """The service answered ``UNIMPLEMENTED`` to ``Exec``: every later exec uses ``StreamExec``."""
+        if self.unary_exec:
+            self.unary_exec = False
+            log.info("coreweave service does not serve unary Exec; using StreamExec", target=self.endpoint.target)
 
     def retrying(self, idempotent: bool, what: str) -> AsyncRetrying:
         """The retry policy (see the module docstring) for a call named ``what``."""

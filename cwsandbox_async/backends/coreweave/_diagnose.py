@@ -3,8 +3,17 @@
 Called when an exec call failed or its stream ended without an exit status. One
 ``GetSandbox`` decides:
 
-- the sandbox is RUNNING: the transport failed (the call's own error, or
-  ``SandboxTransportError`` for a stream that ended without an exit status; never exit 0);
+- the sandbox is RUNNING and the call failed with a status: the transport or the service
+  failed (the call's own error, translated);
+- the sandbox is RUNNING and the stream ended without an exit status and without an error
+  (never exit 0): that alone is no evidence against the platform, since a program might be
+  able to make the service end its stream, and a masked failure is worth a reward to it. So a
+  probe exec (``true``) follows: if the probe fails with an error status, the service is
+  failing (``SandboxTransportError``, infrastructure); otherwise (the probe ran, or it too
+  ended without a status, which the program's leftovers could cause) the lost stream is the
+  program's (``SandboxTransportError(infrastructure=False)``). An in-band stream error from
+  the service (other than the output-cap ones ``_exec`` handles) is the service's word, so
+  infrastructure;
 - it is gone and its ``state_reason`` says OOM: the command's memory use killed it, so the
   result is ``ExecExit(oom_killed=True)`` with the output so far (the program's outcome,
   never infrastructure: a policy must not learn that eating memory masks its failure);
@@ -14,6 +23,8 @@ Called when an exec call failed or its stream ended without an exit status. One
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from ..._errors import SandboxNotRunningError, SandboxTerminatedError, SandboxTransportError
 from ..._log import log
@@ -35,6 +46,7 @@ async def diagnose(
     wall: float,
     *,
     destroyed: bool,
+    probe: Callable[[], Awaitable[ExecOutcome]],
 ) -> ExecExit:
     """The ``ExecExit`` of an OOM-killed command, or raise the error that says what failed."""
     from cwsandbox._proto import sandbox_pb2 as pb
@@ -53,7 +65,7 @@ async def diagnose(
     if status is SandboxStatus.RUNNING:
         if error is not None:
             raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
-        raise SandboxTransportError(f"exec stream of {sandbox_id} ended without an exit status", sandbox_id=sandbox_id)
+        raise await _lost_stream(sandbox_id, out, probe)
     reason = sandbox.status.state_reason if sandbox is not None else "gone"
     if "oom" in reason.lower():
         log.info("coreweave sandbox OOM-killed during exec", sandbox_id=sandbox_id, reason=reason)
@@ -62,3 +74,27 @@ async def diagnose(
     if destroyed:
         raise SandboxTerminatedError(f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id)
     raise SandboxNotRunningError(f"{what}: sandbox {sandbox_id} is {status.value} ({reason})", sandbox_id=sandbox_id)
+
+
+async def _lost_stream(
+    sandbox_id: str, out: ExecOutcome, probe: Callable[[], Awaitable[ExecOutcome]]
+) -> SandboxTransportError:
+    """The error for a stream of a running sandbox that ended without an exit status (see the module doc)."""
+    text = f"exec stream of {sandbox_id} ended without an exit status"
+    if out.stream_error is not None:
+        code, message = out.stream_error
+        return SandboxTransportError(f"{text}: the service said {code} {message}".rstrip(), sandbox_id=sandbox_id)
+    checked = await probe()
+    if checked.error is not None:
+        failure = checked.error.failure
+        log.info("coreweave probe exec failed after a lost stream", sandbox_id=sandbox_id, code=failure.code.name)
+        return SandboxTransportError(
+            f"{text}, and a probe exec failed too: {failure.describe('probe')}", sandbox_id=sandbox_id
+        )
+    seen = "ran" if checked.exit_code is not None else "ended without a status too"
+    log.info("coreweave lost exec stream judged the program's", sandbox_id=sandbox_id, probe=seen)
+    return SandboxTransportError(
+        f"{text} while its sandbox was running (a probe exec {seen}): counted as the program's failure",
+        sandbox_id=sandbox_id,
+        infrastructure=False,
+    )

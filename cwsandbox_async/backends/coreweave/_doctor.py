@@ -45,7 +45,7 @@ async def probe(section: Section, request: ProbeRequest) -> None:
         return
     from cwsandbox._proto import sandbox_pb2 as pb
 
-    from ._channel import Channel, RpcError
+    from ._channel import RpcError, open_channel
     from ._convert import MANAGED_TAG
     from ._errors import translate
     from ._options import CoreWeaveOptions
@@ -72,7 +72,7 @@ async def probe(section: Section, request: ProbeRequest) -> None:
         section.add("credentials", WARN, f"none: {endpoint.target} is an insecure test endpoint", "resolve")
     else:
         section.add("credentials", OK, f"from {source}", "resolve the credentials")
-    channel = Channel(opts, endpoint, metadata)
+    channel = await open_channel(opts, endpoint, metadata)
     check = "ListSandboxes (page size 1), read-only"
     try:
         with anyio.fail_after(request.timeout_seconds):

@@ -40,6 +40,9 @@ class Faults:
     #: and no exit frame; else abort with that code)
     cut_stream_after: int | None = None
     cut_code: grpc.StatusCode | None = grpc.StatusCode.UNAVAILABLE
+    #: StreamExec: when a command's output contains these bytes, end its stream with OK and no exit frame
+    #: (a service whose stream a program can end, e.g. by killing the process that carries it; stays set)
+    end_stream_on: bytes | None = None
     #: StreamExec: end with this in-band ExecStreamError code (e.g. STREAM_BACKPRESSURE) instead of exit
     stream_error_code: str | None = None
     #: Exec/StreamExec: the sandbox dies during the next exec with this state_reason (e.g. OOMKilled)

@@ -22,11 +22,11 @@ from cwsandbox_async._errors import SandboxError, SandboxNotRunningError
 from cwsandbox_async._types import ExecRequest
 from cwsandbox_async.backends import Backend
 
-from .faults import Abort, Faults
-from .state import Record, now
+from ._faults import Abort, Faults
+from ._state import Record, now
 
 if TYPE_CHECKING:
-    from .state import Box
+    from ._state import Box
 
 C = grpc.StatusCode
 #: Longest a command may run when the call has no deadline.
@@ -128,10 +128,15 @@ class ExecHandlers:
         class Cut(Exception):
             pass
 
+        class Ended(Exception):
+            pass
+
         async def on_output(stream: str, data: bytes) -> None:
             nonlocal frames
             if cut is not None and frames >= cut:
                 raise Cut
+            if faults.end_stream_on is not None and faults.end_stream_on in data:
+                raise Ended
             kind = pb.ExecStreamOutput.STREAM_STDOUT if stream == "stdout" else pb.ExecStreamOutput.STREAM_STDERR
             await context.write(pb.ExecStreamResponse(output=pb.ExecStreamOutput(stream=kind, data=data)))
             frames += 1
@@ -139,6 +144,8 @@ class ExecHandlers:
         self.active_execs += 1
         try:
             ex = await self.local.exec(box.local_id, req, on_output)
+        except Ended:
+            return  # the program's output ended the stream: OK, no exit frame
         except Cut:
             faults.cut_stream_after = None
             if faults.cut_code is not None:
