@@ -88,11 +88,13 @@ async def test_readiness_is_one_list_per_round_for_all(
     async with anyio.create_task_group() as tg:
         for spec in specs:
             tg.start_soon(backend.create, spec)
-    assert time.monotonic() - start >= 0.5
+    elapsed = time.monotonic() - start
+    assert elapsed >= 0.5
     calls = backend.channel.calls if backend.channel else {}
     assert calls.get("GetSandbox", 0) == 0
     assert backend.readiness is not None
-    assert calls["ListSandboxes"] == backend.readiness.rounds <= 0.6 / 0.05 + 8  # not 8 polls per round
+    # one list per round for all 8 (a round waits ready_poll_seconds, however slow the machine)
+    assert calls["ListSandboxes"] == backend.readiness.rounds <= elapsed / 0.05 + 1
     for spec in specs:
         await backend.destroy(spec.sandbox_id)
 

@@ -267,10 +267,24 @@ class CoreWeaveBackend(Backend):
     ) -> ExecOutcome:
         """A stream the service refused before any frame (so before the command ran) is sent again."""
 
+        slack = self.options.exec_slack_seconds
+
+        def refused(out: ExecOutcome) -> bool:
+            return out.error is not None and not out.started and out.error.failure.refused_before_start
+
+        first: ExecOutcome | None = await run_stream(channel, service_id, request, argv, slack, on_output)
+        assert first is not None
+        if not refused(first) or self.options.max_retries == 0:
+            return first  # the common case, without building a retry loop (tenacity costs a third of an exec)
+
         async def attempt() -> ExecOutcome:
-            out = await run_stream(channel, service_id, request, argv, self.options.exec_slack_seconds, on_output)
-            if out.error is not None and not out.started and out.error.failure.refused_before_start:
-                raise out.error
+            nonlocal first
+            out, first = (first, None) if first is not None else (None, None)
+            if out is None:
+                out = await run_stream(channel, service_id, request, argv, slack, on_output)
+            if refused(out):
+                assert out.error is not None
+                raise out.error  # attempt 1 already failed: tenacity counts it and waits
             return out
 
         try:

@@ -1,6 +1,6 @@
 """One ``grpc.aio`` channel to the service: deadlines, retries, an in-flight cap, call counts.
 
-Every RPC goes through ``Channel.unary`` or ``Channel.stream``:
+Every RPC goes through ``Channel.unary`` or ``Channel.exchange`` (a bidirectional stream):
 
 - a deadline on every attempt (``timeout=``; the service sees it as ``grpc-timeout``);
 - at most ``max_in_flight`` calls open at once (an anyio semaphore; streams hold their
@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -80,16 +80,33 @@ async def _settled(call: Any) -> Any:
     return await call  # done: returns or raises at once
 
 
-async def _guarded(step: Awaitable[T], call: Any) -> T:
-    """One stream operation (read/write), cancellable the way anyio expects (see ``_settled``)."""
-    task = asyncio.ensure_future(step)
+async def _joined(task: asyncio.Task[T], call: Any) -> T:
+    """Wait for ``task`` (the body of a stream call), cancellable the way anyio expects (see ``_settled``).
+
+    One task per call, not one per read or write: each step of a stream costs a loop
+    iteration already, and a task plus ``asyncio.wait`` per step doubled the client's CPU.
+    """
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(wake)
     try:
-        await asyncio.wait((task,))
+        await waiter
     except asyncio.CancelledError:
         task.cancel()
         call.cancel()
+        task.add_done_callback(_consume)
         raise
     return task.result()
+
+
+def _consume(task: asyncio.Task[Any]) -> None:
+    """Retrieve a cancelled body's outcome, so asyncio never reports it as unretrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def ssl_credentials() -> grpc.ChannelCredentials:
@@ -130,6 +147,7 @@ class Channel:
         self.metadata = metadata
         self.calls: Counter[str] = Counter()
         self.unary_exec = True
+        self._one_ways: dict[str, Any] = {}
         channel_options = [
             ("grpc.max_send_message_length", options.max_message_bytes),
             ("grpc.max_receive_message_length", options.max_message_bytes),
@@ -209,57 +227,52 @@ class Channel:
 
         return await self.retrying(idempotent, method)(again)
 
-    def stream(self, method: str, *, deadline: float) -> StreamCall:
-        """A bidirectional stream call, opened by ``async with``; see ``StreamCall``."""
-        return StreamCall(self, method, deadline)
+    async def exchange(
+        self, method: str, body: Callable[[Any], Awaitable[T]], *, deadline: float, only: Any = None
+    ) -> T:
+        """Open bidirectional ``method`` and run ``body(call)`` on grpc.aio's call object (``write``,
+        ``done_writing``, ``read``), holding an in-flight slot; a failed status surfaces as ``RpcError``.
+        The call is cancelled once ``body`` returns if it is still open (a body may stop at the
+        message it needs). Never retried here: the caller decides.
+
+        ``only``: the one message the client sends. It then goes out with the call's headers and
+        the half-close in one batch (the method called as server-streaming: on the wire the same
+        as a stream that writes one message and half-closes), and ``body`` only reads."""
+        self.calls[method] += 1
+        async with self._slots:
+            if only is None:
+                call = getattr(self.stub, method)(timeout=deadline, metadata=self.metadata)
+            else:
+                call = self._one_way(method)(only, timeout=deadline, metadata=self.metadata)
+
+            async def run() -> T:
+                try:
+                    return await body(call)
+                except grpc.aio.AioRpcError as exc:
+                    raise _parse(exc) from exc
+
+            try:
+                return await _joined(asyncio.get_running_loop().create_task(run()), call)
+            finally:
+                if not call.done():
+                    call.cancel()
+
+    def _one_way(self, method: str) -> Any:
+        """``method`` (bidirectional in the protocol) as a server-streaming multicallable, made once."""
+        made = self._one_ways.get(method)
+        if made is None:
+            from cwsandbox._proto import sandbox_pb2 as pb
+
+            rpc = pb.DESCRIPTOR.services_by_name["SandboxService"].methods_by_name[method]
+            request_class: Any = getattr(pb, rpc.input_type.name)
+            response_class: Any = getattr(pb, rpc.output_type.name)
+            made = self._channel.unary_stream(
+                f"/{rpc.containing_service.full_name}/{method}",
+                request_serializer=request_class.SerializeToString,
+                response_deserializer=response_class.FromString,
+            )
+            self._one_ways[method] = made
+        return made
 
     async def aclose(self) -> None:
         await self._channel.close(grace=None)
-
-
-class StreamCall:
-    """``async with channel.stream("StreamExec", deadline=t) as call:`` holds an in-flight slot for the stream.
-
-    ``call.write(msg)``, ``call.done_writing()``, ``call.read()`` are grpc.aio's; a failed
-    status surfaces from them as ``RpcError``. Leaving the block cancels a call still open.
-    """
-
-    def __init__(self, channel: Channel, method: str, timeout: float) -> None:
-        self._channel = channel
-        self._method = method
-        self._timeout = timeout
-        self._call: Any = None
-
-    async def __aenter__(self) -> StreamCall:
-        await self._channel._slots.acquire()
-        self._channel.calls[self._method] += 1
-        rpc = getattr(self._channel.stub, self._method)
-        self._call = rpc(timeout=self._timeout, metadata=self._channel.metadata)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            if self._call is not None and not self._call.done():
-                self._call.cancel()
-        finally:
-            self._channel._slots.release()
-
-    async def write(self, message: Any) -> None:
-        try:
-            await _guarded(self._call.write(message), self._call)
-        except grpc.aio.AioRpcError as exc:
-            raise _parse(exc) from exc
-
-    async def done_writing(self) -> None:
-        try:
-            await _guarded(self._call.done_writing(), self._call)
-        except grpc.aio.AioRpcError as exc:
-            raise _parse(exc) from exc
-
-    async def read(self) -> Any:
-        """The next response, or ``None`` at the end of the stream (grpc.aio's EOF)."""
-        try:
-            msg = await _guarded(self._call.read(), self._call)
-        except grpc.aio.AioRpcError as exc:
-            raise _parse(exc) from exc
-        return None if msg is grpc.aio.EOF else msg

@@ -36,6 +36,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from grpc.aio import EOF
 
 from ..._types import ExecExit, ExecRequest, StreamName
 from ..base import OutputCallback
@@ -176,43 +179,55 @@ async def run_stream(
     slack: float,
     on_output: OutputCallback | None,
 ) -> ExecOutcome:
-    """One ``StreamExec`` call: init, stdin in 64 KiB chunks, half-close; output as it comes."""
+    """One ``StreamExec`` call, as the SDK makes it: init, then stdin in 64 KiB chunks and an
+    ``ExecStreamClose`` if there is stdin, then the half-close; output as it comes, up to the
+    exit frame (or an in-band error), which ends the call."""
     from cwsandbox._proto import sandbox_pb2
 
     out = ExecOutcome()
     cap = request.max_output_bytes
     stdout_kind = sandbox_pb2.ExecStreamOutput.STREAM_STDOUT
-    init = sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv, env=dict(request.env))
-    stdin = request.stdin or b""
-    try:
-        async with channel.stream("StreamExec", deadline=_deadline(request, slack)) as call:
-            await call.write(sandbox_pb2.ExecStreamRequest(init=init))
+    Request = sandbox_pb2.ExecStreamRequest
+    init = Request(init=sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv, env=request.env))
+    stdin = request.stdin
+
+    async def body(call: Any) -> None:
+        if stdin:
+            await call.write(init)
             for i in range(0, len(stdin), STDIN_CHUNK):
-                await call.write(sandbox_pb2.ExecStreamRequest(stdin=stdin[i : i + STDIN_CHUNK]))
-            await call.write(sandbox_pb2.ExecStreamRequest(close=sandbox_pb2.ExecStreamClose()))
+                await call.write(Request(stdin=stdin[i : i + STDIN_CHUNK]))
+            await call.write(Request(close=sandbox_pb2.ExecStreamClose()))
             await call.done_writing()
-            while (resp := await call.read()) is not None:
-                out.started = True
-                kind = resp.WhichOneof("message")
-                if kind == "output":
-                    name: StreamName = "stdout" if resp.output.stream == stdout_kind else "stderr"
-                    buf = out.stdout if name == "stdout" else out.stderr
-                    data = resp.output.data
-                    room = cap - len(buf)
-                    if on_output is not None and room > 0 and data:
-                        await on_output(name, data[:room] if room < len(data) else data)
-                    buf += data[: cap + 1 - len(buf)]
-                    if len(buf) > cap:
-                        out.truncated = True
-                        break  # leaving the block cancels the call, which ends the command
-                elif kind == "exit":
-                    out.exit_code = resp.exit.exit_code
-                elif kind == "error":
-                    out.stream_error = (resp.error.code, resp.error.message)
-                    if resp.error.code in ("STREAM_BACKPRESSURE", "STREAM_TRUNCATED"):
-                        out.truncated = True
-                        if out.exit_code is None:
-                            out.exit_code = 128 + 9  # the service ended the command's output
+        stdout, stderr = out.stdout, out.stderr
+        while (resp := await call.read()) is not EOF:
+            out.started = True
+            kind = resp.WhichOneof("message")
+            if kind == "output":
+                output = resp.output
+                name: StreamName = "stdout" if output.stream == stdout_kind else "stderr"
+                buf = stdout if name == "stdout" else stderr
+                data = output.data
+                room = cap - len(buf)
+                if on_output is not None and room > 0 and data:
+                    await on_output(name, data[:room] if room < len(data) else data)
+                buf += data[: cap + 1 - len(buf)]
+                if len(buf) > cap:
+                    out.truncated = True
+                    return  # ending the call (cancelled) ends the command
+            elif kind == "exit":
+                out.exit_code = resp.exit.exit_code
+                return
+            elif kind == "error":
+                out.stream_error = (resp.error.code, resp.error.message)
+                if resp.error.code in ("STREAM_BACKPRESSURE", "STREAM_TRUNCATED"):
+                    out.truncated = True
+                    if out.exit_code is None:
+                        out.exit_code = 128 + 9  # the service ended the command's output
+                return
+
+    try:
+        deadline = _deadline(request, slack)
+        await channel.exchange("StreamExec", body, deadline=deadline, only=None if stdin else init)
     except RpcError as exc:
         _failed(out, exc)
     return out
