@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
+import anyio
 import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2
@@ -143,3 +145,60 @@ def test_status_table(code: grpc.StatusCode, reason: str | None, what: str, cls:
 def test_every_status_code_maps_to_a_library_error(code: grpc.StatusCode) -> None:
     err = translate(RpcFailure.parse(_error(code)), "exec")
     assert err.message
+
+
+FORKS_WITH_A_CHANNEL = """
+import asyncio, os
+import cwsandbox_async.backends.coreweave  # before grpc: the backend's fork setting
+import grpc.aio
+
+async def main():
+    channel = grpc.aio.insecure_channel("127.0.0.1:1")  # nothing listens: grpc's threads are busy retrying
+    try:
+        await asyncio.wait_for(channel.channel_ready(), 0.5)
+    except asyncio.TimeoutError:
+        pass
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    await channel.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("setting", [None, "1"])
+async def test_a_fork_beside_a_channel_is_quiet(setting: str | None) -> None:
+    """grpc.aio has no fork support; left on, grpc logs fork_posix.cc's INFO line on every fork. The backend
+    turns it off before grpc loads, unless the user set GRPC_ENABLE_FORK_SUPPORT (then theirs wins)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
+    if setting is not None:
+        env["GRPC_ENABLE_FORK_SUPPORT"] = setting
+    with anyio.fail_after(60):
+        proc = await anyio.run_process([sys.executable, "-c", FORKS_WITH_A_CHANNEL], env=env, check=True)
+    noisy = b"skipping fork() handlers" in proc.stderr
+    assert noisy is (setting == "1"), proc.stderr.decode()
+
+
+async def test_tls_material_is_loaded_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from cwsandbox_async.backends.coreweave import _channel
+    from cwsandbox_async.backends.coreweave._options import CoreWeaveOptions, parse_base_url
+
+    loaded_in: list[threading.Thread] = []
+    real = _channel.ssl_credentials
+
+    def recording() -> grpc.ChannelCredentials:
+        loaded_in.append(threading.current_thread())
+        return real()
+
+    monkeypatch.setattr(_channel, "ssl_credentials", recording)
+    opts = CoreWeaveOptions(api_key="k")
+    channel = await _channel.open_channel(opts, parse_base_url("https://127.0.0.1:1"), ())
+    await channel.aclose()
+    assert len(loaded_in) == 1 and loaded_in[0] is not threading.main_thread()
+    plain = await _channel.open_channel(opts, parse_base_url("http://127.0.0.1:1"), ())
+    await plain.aclose()
+    assert len(loaded_in) == 1  # no TLS, nothing to load

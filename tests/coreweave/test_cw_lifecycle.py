@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import structlog
 
-from cwsandbox_async import SandboxStatus, SandboxValidationError
+import cwsandbox_async as cwa
+from cwsandbox_async import SandboxStatus, SandboxTerminatedError, SandboxValidationError
 from cwsandbox_async.testing.contract import make_request, make_spec
 from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
@@ -61,3 +63,52 @@ async def test_sweep_keeps_own_and_deletes_the_rest_one_by_one(
     assert [b.sandbox.spec.tags for b in cw_server.service.live()] != []
     assert {i.sandbox_id for i in await mine.list(["mixed"])} == {own.sandbox_id}
     await mine.destroy(own.sandbox_id)
+
+
+async def test_set_lifetime_holds_only_the_bound_set_at_create(
+    cw_server: CoreWeaveTestServer, make_backend: BackendFactory
+) -> None:
+    """The protocol has no call to change a lifetime: a bound the create-time TTL meets holds, a shorter one
+    is refused with a clear error, nothing is sent."""
+    backend = make_backend()
+    spec = make_spec("ttl", max_lifetime_seconds=120)
+    await backend.create(spec)
+    sid = spec.sandbox_id
+    before = len(cw_server.service.requests)
+    await backend.set_lifetime(sid, None)
+    await backend.set_lifetime(sid, 600)  # the 120 s lifetime ends it sooner: the bound holds
+    with pytest.raises(SandboxValidationError, match="only when it creates") as info:
+        await backend.set_lifetime(sid, 60)
+    assert "max_lifetime_seconds" in str(info.value) and info.value.infrastructure is False
+    assert len(cw_server.service.requests) == before
+    await backend.destroy(sid)
+    with pytest.raises(SandboxTerminatedError):
+        await backend.set_lifetime(sid, 600)
+
+
+async def test_a_pool_with_a_hold_timeout_sets_the_lifetime_at_create(
+    cw_server: CoreWeaveTestServer, make_backend: BackendFactory
+) -> None:
+    async with (
+        cwa.Session({"max_lifetime_seconds": 150}, backend=make_backend(), handle_signals=False) as s,
+        cwa.SandboxPool(s, size=1, lifetime_margin_seconds=30) as pool,
+        pool.lease(hold_timeout_seconds=120) as sb,
+    ):
+        assert (await sb.exec(["true"])).returncode == 0
+    creates = cw_server.service.calls("CreateSandbox")
+    assert creates and {c.sandbox.spec.max_lifetime_seconds for c in creates} == {150}
+    assert cw_server.service.live() == []
+
+
+async def test_unenforced_limits_are_warned_once(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    backend = make_backend()
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            spec = make_spec("limits")  # the default Resources: pids=256, tmp_mib=256
+            await backend.create(spec)
+            await backend.destroy(spec.sandbox_id)
+    warned = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["event"] for e in warned] == [
+        "coreweave does not enforce Resources.pids or Resources.tmp_mib (set them to None to silence this)"
+    ]
+    assert (warned[0]["pids"], warned[0]["tmp_mib"]) == (256, 256)

@@ -18,9 +18,11 @@ from ..._errors import (
     SandboxFileError,
     SandboxNotRunningError,
     SandboxTerminatedError,
+    SandboxValidationError,
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
+from ..._validate import validate_timeout
 from ..base import Backend, OutputCallback
 from . import _files
 from ._channel import Channel, RpcError, open_channel
@@ -86,6 +88,8 @@ class CoreWeaveBackend(Backend):
         self._created_any = False
         self._closed = False
         self._opening = anyio.Lock()
+        self._ends: dict[str, float | None] = {}  # library id -> when its lifetime ends (monotonic)
+        self._warned_unenforced = False
 
     @property
     def isolation(self) -> str:
@@ -184,12 +188,22 @@ class CoreWeaveBackend(Backend):
         res = spec.defaults.resources
         self._limits[sid] = (res.cpu_seconds, res.file_size_mib)
         self._created_any = True
+        if (res.pids is not None or res.tmp_mib is not None) and not self._warned_unenforced:
+            self._warned_unenforced = True  # once per backend: the service has no such limits
+            log.warning(
+                "coreweave does not enforce Resources.pids or Resources.tmp_mib (set them to None to silence this)",
+                pids=res.pids,
+                tmp_mib=res.tmp_mib,
+            )
+        started = time.monotonic()  # no later than the service's clock starts the lifetime
         try:
             sandbox = await channel.unary("CreateSandbox", request)  # idempotent: one request_id for every retry
         except RpcError as exc:
             raise translate(exc.failure, "create sandbox", sandbox_id=sid) from exc
         service_id = sandbox.sandbox_id
         self._ids[sid] = service_id
+        ttl = sandbox.status.effective_max_lifetime_seconds or request.sandbox.spec.max_lifetime_seconds
+        self._ends[sid] = started + ttl if ttl else None
         if sid in self._destroyed:  # destroyed while the create was in flight
             await self.destroy(sid)
             raise SandboxCreationError(f"sandbox {sid} was destroyed while it was created", sandbox_id=sid)
@@ -349,6 +363,7 @@ class CoreWeaveBackend(Backend):
             raise
         self._ids.pop(sandbox_id, None)
         self._limits.pop(sandbox_id, None)
+        self._ends.pop(sandbox_id, None)
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
         from cwsandbox._proto import sandbox_pb2 as pb
@@ -390,6 +405,33 @@ class CoreWeaveBackend(Backend):
         only those older than ``older_than_seconds``; this backend's own only with ``include_own``. One
         ``PurgeSandboxes`` call when that selects exactly the victims. Returns the ids deleted."""
         return await sweep(self, tags, older_than_seconds=older_than_seconds, include_own=include_own)
+
+    async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:
+        """The service sets a sandbox's lifetime only when it creates it (``max_lifetime_seconds``; the
+        protocol has no call to change it), so this cannot move an end. It succeeds when the lifetime
+        set at create already ends the sandbox within ``seconds`` from now (the bound the caller asks
+        for holds), and ``None`` is a no-op; otherwise it raises ``SandboxValidationError`` saying so
+        (a ``SandboxPool`` then does not hand the sandbox out). A pool whose leases have a hold timeout
+        sets the lifetime at create instead: ``SandboxDefaults(max_lifetime_seconds=...)`` no longer than
+        ``hold_timeout_seconds + lifetime_margin_seconds``. A destroyed sandbox raises
+        ``SandboxTerminatedError``."""
+        if seconds is None:
+            return
+        validate_timeout(seconds, "seconds")
+        if sandbox_id in self._destroyed:
+            raise SandboxTerminatedError(f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id)
+        end = self._ends.get(sandbox_id)
+        now = time.monotonic()
+        if end is not None and end <= now + seconds:
+            return
+        has = "no lifetime" if end is None else f"a lifetime that ends in {end - now:.0f} s"
+        raise SandboxValidationError(
+            f"cannot end sandbox {sandbox_id} in {seconds:g} s: the CoreWeave service sets a lifetime only when it "
+            f"creates a sandbox, and this one has {has}; for a pool with hold_timeout_seconds, create its "
+            "sandboxes with SandboxDefaults(max_lifetime_seconds=...) no longer than the hold timeout plus "
+            "lifetime_margin_seconds",
+            sandbox_id=sandbox_id,
+        )
 
     def owns(self, sandbox_id: str) -> bool:
         """True for a sandbox this backend instance created and has not destroyed."""
