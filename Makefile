@@ -8,7 +8,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-trl-lowest lint typecheck examples bench bench-quick clean
+.PHONY: demo test test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,18 @@ test: $(DEV_STAMP)
 # extra installed in .venv: torch, transformers and the rest are reused from there).
 test-trl-lowest: $(DEV_STAMP)
 	$(PY) tests/trl_lowest.py
+
+# The contract suite and the reward example on the real CoreWeave service (CWSANDBOX_API_KEY; optional
+# CWSANDBOX_BASE_URL, CWSANDBOX_LIVE_IMAGE). Everything it makes is tagged with one run tag and swept after.
+# Without a key it says so in one line and succeeds, creating nothing.
+test-live-coreweave:
+	@if [ -z "$$CWSANDBOX_API_KEY" ]; then \
+		echo "test-live-coreweave: skipped: CWSANDBOX_API_KEY is not set (optional: CWSANDBOX_BASE_URL)"; \
+		exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory $(DEV_STAMP) && \
+	$(PIP) -e '.[dev,coreweave]' && \
+	CWSANDBOX_LIVE=1 $(PY) -m pytest -m live_coreweave -p no:cacheprovider -rs tests/coreweave/test_cw_live.py
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check cwsandbox_async tests benchmarks examples

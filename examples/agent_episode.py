@@ -203,7 +203,7 @@ async def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=textwrap.dedent(__doc__ or "").splitlines()[0])
-    parser.add_argument("--backend", default="local", choices=["local", "kubernetes"])
+    parser.add_argument("--backend", default="local", choices=["local", "kubernetes", "coreweave"])
     parser.add_argument("--task", default="all", choices=["all", *(t.name for t in TASKS)])
     parser.add_argument("--policy", default="scripted", choices=["scripted", "openai"])
     parser.add_argument("--model", default="gpt-4.1-mini")

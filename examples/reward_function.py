@@ -4,7 +4,7 @@ The async version of the reward-function example users know: one sandbox per
 completion, all run at once, each result printed the moment it is ready
 (fastest first), then a summary in the original order.
 
-    python examples/reward_function.py [--backend local|kubernetes]
+    python examples/reward_function.py [--backend local|kubernetes|coreweave]
 """
 
 from __future__ import annotations
@@ -99,6 +99,6 @@ async def main(backend: str) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="local", choices=["local", "kubernetes"])
+    parser.add_argument("--backend", default="local", choices=["local", "kubernetes", "coreweave"])
     args = parser.parse_args()
     anyio.run(main, args.backend)

@@ -95,7 +95,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="TRL GRPO with rewards from cwsandbox_async sandboxes")
     parser.add_argument("--model", default=None, help="a model name or path (default: tiny offline model)")
     parser.add_argument("--max-steps", type=int, default=2)
-    parser.add_argument("--backend", default="local", choices=["local", "kubernetes"])
+    parser.add_argument("--backend", default="local", choices=["local", "kubernetes", "coreweave"])
     parser.add_argument("--sync", action="store_true", help="use the sync reward function (persistent loop thread)")
     parser.add_argument("--output-dir", default=None)
     args = parser.parse_args()

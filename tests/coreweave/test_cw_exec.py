@@ -154,3 +154,15 @@ async def test_unary_exec_unimplemented_falls_back_to_stream_once(
     await backend.destroy(spec.sandbox_id)
     await backend.aclose()  # PurgeSandboxes is not served either: the close deletes one by one
     assert service.live() == []
+
+
+async def test_python_resolves_in_the_test_servers_sandboxes(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory
+) -> None:
+    """The guide runs ``python``; a host with only ``python3`` still runs it (the sandbox's PATH ends in a shim)."""
+    backend = make_sdk_backend()
+    spec = make_spec("python")
+    await backend.create(spec)
+    r = await backend.exec(spec.sandbox_id, make_request("python", "-c", "print(6*7)"))
+    assert (r.returncode, r.stdout) == (0, b"42\n")
+    await backend.destroy(spec.sandbox_id)

@@ -112,3 +112,24 @@ async def test_unenforced_limits_are_warned_once(cw_server: CoreWeaveTestServer,
         "coreweave does not enforce Resources.pids or Resources.tmp_mib (set them to None to silence this)"
     ]
     assert (warned[0]["pids"], warned[0]["tmp_mib"]) == (256, 256)
+
+
+async def test_scope_tags_mark_every_sandbox_and_scope_list_and_sweep(
+    cw_server: CoreWeaveTestServer, make_backend: BackendFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a live run uses: one tag on everything it makes, hidden from its tags, implied in its list."""
+    monkeypatch.setenv("CWSANDBOX_ASYNC_SCOPE_TAGS", "run-1, ci")
+    scoped, plain = make_backend(), make_backend(scope_tags=())
+    assert scoped.scope == ("run-1", "ci")
+    mine, other = make_spec("job"), make_spec("job")
+    await scoped.create(mine)
+    await plain.create(other)
+    (create, _) = cw_server.service.calls("CreateSandbox")
+    assert {"job", "run-1", "ci"} <= set(create.sandbox.spec.tags)
+    assert [(i.sandbox_id, i.tags) for i in await scoped.list(["job"])] == [(mine.sandbox_id, ("job",))]
+    assert {i.sandbox_id for i in await plain.list(["job"])} == {mine.sandbox_id, other.sandbox_id}
+    assert await plain.sweep(["run-1"], include_own=True) == [mine.sandbox_id]
+    assert [b.sandbox.spec.tags[0] for b in cw_server.service.live()] == ["job"]
+    await plain.destroy(other.sandbox_id)
+    with pytest.raises(SandboxValidationError):
+        make_backend(scope_tags=("bad tag",))

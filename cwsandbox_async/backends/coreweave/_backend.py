@@ -79,6 +79,7 @@ class CoreWeaveBackend(Backend):
 
     def __init__(self, **options: Any) -> None:
         self.options = CoreWeaveOptions.from_kwargs(options)
+        self.scope = self.options.scope()
         self.driver_id = uuid.uuid4().hex[:12]
         self._channel: Channel | None = None
         self._readiness: Readiness | None = None
@@ -184,7 +185,7 @@ class CoreWeaveBackend(Backend):
     async def create(self, spec: SandboxSpec) -> None:
         sid = spec.sandbox_id
         channel = await self._ensure()
-        request = create_request(spec, self.options, self.driver_id)
+        request = create_request(spec, self.options, self.driver_id, self.scope)
         res = spec.defaults.resources
         self._limits[sid] = (res.cpu_seconds, res.file_size_mib)
         self._created_any = True
@@ -383,12 +384,12 @@ class CoreWeaveBackend(Backend):
 
     async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
         try:
-            found = await self._pages([MANAGED_TAG, *tags])
+            found = await self._pages([MANAGED_TAG, *self.scope, *tags])
         except RpcError as exc:
             raise translate(exc.failure, "list sandboxes") from exc.cause
         infos = []
         for sb in found:
-            info = sandbox_info(sb, self.name)
+            info = sandbox_info(sb, self.name, self.scope)
             if info.status in (SandboxStatus.TERMINATING, SandboxStatus.COMPLETED, SandboxStatus.FAILED):
                 continue
             if info.sandbox_id in self._destroyed:

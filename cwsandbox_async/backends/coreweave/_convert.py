@@ -45,8 +45,11 @@ def id_tag(sandbox_id: str) -> str:
     return _ID_PREFIX + sandbox_id
 
 
-def user_tags(tags: Any) -> tuple[str, ...]:
-    return tuple(t for t in tags if t != MANAGED_TAG and not t.startswith((_DRIVER_PREFIX, _ID_PREFIX)))
+def user_tags(tags: Any, hidden: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The user's tags of a sandbox: without the library's own and the backend's ``hidden`` (scope) tags."""
+    return tuple(
+        t for t in tags if t != MANAGED_TAG and t not in hidden and not t.startswith((_DRIVER_PREFIX, _ID_PREFIX))
+    )
 
 
 def library_id(sandbox: Any) -> str:
@@ -72,7 +75,7 @@ def status_of(state: int) -> SandboxStatus:
     return SandboxStatus.COMPLETED  # COMPLETED, TERMINATED (legacy), UNSPECIFIED (as the SDK reads it)
 
 
-def sandbox_info(sandbox: Any, backend: str) -> SandboxInfo:
+def sandbox_info(sandbox: Any, backend: str, hidden: tuple[str, ...] = ()) -> SandboxInfo:
     ann = sandbox.spec.annotations
     created = sandbox.status.create_time
     pid = ann.get(ANNOTATION_PREFIX + "owner-pid", "")
@@ -82,7 +85,7 @@ def sandbox_info(sandbox: Any, backend: str) -> SandboxInfo:
         alive = pid_alive(int(pid))
     return SandboxInfo(
         sandbox_id=library_id(sandbox),
-        tags=user_tags(sandbox.spec.tags),
+        tags=user_tags(sandbox.spec.tags, hidden),
         status=status_of(sandbox.status.state),
         created_at=created.seconds + created.nanos / 1e9,
         session_id=ann.get(ANNOTATION_PREFIX + "session-id") or None,
@@ -98,7 +101,7 @@ def _quantity_cpu(cores: float) -> str:
     return f"{max(1, round(cores * 1000))}m"
 
 
-def create_request(spec: SandboxSpec, options: CoreWeaveOptions, driver_id: str) -> Any:
+def create_request(spec: SandboxSpec, options: CoreWeaveOptions, driver_id: str, scope: tuple[str, ...] = ()) -> Any:
     """The ``CreateSandboxRequest`` for ``spec``, with a fresh idempotency key (``request_id``).
 
     ``Resources.cpu``/``memory_mib`` become equal requests and limits, ``workspace_mib``
@@ -134,7 +137,13 @@ def create_request(spec: SandboxSpec, options: CoreWeaveOptions, driver_id: str)
         ANNOTATION_PREFIX + "owner-pid": str(os.getpid()),
         ANNOTATION_PREFIX + "owner-host": socket.gethostname(),
     }
-    tags = [*d.tags, MANAGED_TAG, driver_tag(driver_id), id_tag(spec.sandbox_id)]
+    tags = [
+        *d.tags,
+        *(t for t in scope if t not in d.tags),
+        MANAGED_TAG,
+        driver_tag(driver_id),
+        id_tag(spec.sandbox_id),
+    ]
     sandbox_spec = pb.SandboxSpec(containers=[container], volumes=volumes, tags=tags, annotations=annotations)
     if d.max_lifetime_seconds is not None:
         sandbox_spec.max_lifetime_seconds = max(1, math.ceil(d.max_lifetime_seconds))

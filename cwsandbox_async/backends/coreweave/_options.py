@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..._errors import SandboxBackendUnavailableError, SandboxValidationError
-from ..._validate import validate_number, validate_option_names, validate_optional_str
+from ..._validate import validate_number, validate_option_names, validate_optional_str, validate_tags
 
 __all__ = ["DEFAULT_BASE_URL", "AuthMetadata", "CoreWeaveOptions", "Endpoint"]
 
@@ -82,6 +82,10 @@ class CoreWeaveOptions:
     file_timeout_seconds: float = 300.0
     max_message_bytes: int = 100 * 1024 * 1024
     sweep_on_close: bool = True
+    #: tags on every sandbox this backend creates, implied in its list and sweep, hidden from
+    #: ``SandboxInfo.tags`` (default ``$CWSANDBOX_ASYNC_SCOPE_TAGS``, comma-separated): one CI run's
+    #: sandboxes, found and swept as a whole
+    scope_tags: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("base_url", "api_key", "wandb_api_key", "wandb_entity", "wandb_project", "runtime_class"):
@@ -100,6 +104,8 @@ class CoreWeaveOptions:
         for name in ("max_in_flight", "max_message_bytes"):
             validate_number(getattr(self, name), name, integer=True)
         validate_number(self.max_retries, "max_retries", integer=True, allow_zero=True)
+        if self.scope_tags is not None:
+            object.__setattr__(self, "scope_tags", validate_tags(self.scope_tags))
         if not isinstance(self.sweep_on_close, bool):
             raise SandboxValidationError("sweep_on_close must be a bool")
         ann = self.annotations
@@ -116,6 +122,13 @@ class CoreWeaveOptions:
     def endpoint(self) -> Endpoint:
         """The service's address: ``base_url``, else ``$CWSANDBOX_BASE_URL``, else the public service."""
         return parse_base_url(self.base_url or os.environ.get("CWSANDBOX_BASE_URL") or DEFAULT_BASE_URL)
+
+    def scope(self) -> tuple[str, ...]:
+        """``scope_tags``, else ``$CWSANDBOX_ASYNC_SCOPE_TAGS`` split at commas (``SandboxValidationError`` if bad)."""
+        if self.scope_tags is not None:
+            return self.scope_tags
+        raw = os.environ.get("CWSANDBOX_ASYNC_SCOPE_TAGS", "")
+        return validate_tags([t.strip() for t in raw.split(",") if t.strip()])
 
     def auth_metadata(self, endpoint: Endpoint) -> AuthMetadata:
         """The gRPC metadata that authenticates every call.

@@ -66,7 +66,12 @@ async def sweep(
         if (include_own or not backend.owns(i.sandbox_id)) and (min_age is None or now - i.created_at >= min_age)
     ]
     channel = backend.channel
-    if victims and len(victims) == len(infos) and channel is not None and await purge(channel, [MANAGED_TAG, *wanted]):
+    if (
+        victims
+        and len(victims) == len(infos)
+        and channel is not None
+        and await purge(channel, [MANAGED_TAG, *backend.scope, *wanted])
+    ):
         for v in victims:
             backend.forget(v)
         log.info("coreweave sweep", tags=list(wanted), swept=len(victims), purged=True)

@@ -80,7 +80,8 @@ MASKED = (
 )
 #: Host uids used for sandboxes when the driver is root (systemd leaves 0x70000000-0x7FFFFFFF unused).
 HOST_UID_RANGE = (0x7A000000, 0x7AFFFFFF)
-SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Last: ``agent/bin`` (bound with the agent), whose ``python`` runs ``python3`` where the host has no ``python``.
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/cwsandbox/cwsandbox_agent/bin"
 SHM_BYTES = 64 * 1024 * 1024
 
 
