@@ -1,6 +1,6 @@
 """The clients bench_coreweave compares, each run in its own process (so getrusage sees only it).
 
-    python -m benchmarks._coreweave_clients {ours,ours-stream,bare,sdk} URL N_SANDBOXES EXECS_EACH
+    python -m benchmarks._coreweave_clients {ours,ours-stream,bare,bare-stream,sdk} URL N_SANDBOXES EXECS_EACH
     python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
 
 The first form prints ``{"cpu_seconds", "wall_seconds", "execs"}``: client CPU (user +
@@ -34,7 +34,9 @@ async def ours(url: str, n: int, each: int, exec_rpc: str) -> dict[str, float]:
     import cwsandbox_async as cwa
 
     options = {"base_url": url, "exec_rpc": exec_rpc}
-    async with cwa.Session(cwa.SandboxDefaults(tags=("bench",)), backend="coreweave", backend_options=options) as s:
+    # pids/tmp_mib are not enforced by the service (the backend warns once): leave them unset here
+    defaults = cwa.SandboxDefaults(tags=("bench",), resources=cwa.Resources(pids=None, tmp_mib=None))
+    async with cwa.Session(defaults, backend="coreweave", backend_options=options) as s:
         sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
 
         async def run(sb: Any, k: int) -> None:
@@ -49,12 +51,13 @@ async def ours(url: str, n: int, each: int, exec_rpc: str) -> dict[str, float]:
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
 
-async def bare(url: str, n: int, each: int) -> dict[str, float]:
-    """Diagnostic: this library's channel sending the SDK's exec (argv ``true``, no wrapper), so the server
-    does the same work per exec as for the SDK; the difference to ``ours`` is the wrapper's server-side time."""
-    from cwsandbox._proto import sandbox_pb2 as pb
-
+async def bare(url: str, n: int, each: int, rpc: str) -> dict[str, float]:
+    """Diagnostic: this library's channel sending the SDK's exec (argv ``true``, no wrapper, no Session
+    layers), over unary ``Exec`` or ``StreamExec``, so the server does the same work per exec as for the SDK;
+    the difference to ``ours`` is the wrapper's server-side time and the library's layers."""
     import cwsandbox_async as cwa
+    from cwsandbox_async._types import ExecRequest
+    from cwsandbox_async.backends.coreweave._exec import run_stream, run_unary
 
     async with cwa.Session(
         cwa.SandboxDefaults(tags=("bench",)), backend="coreweave", backend_options={"base_url": url}
@@ -63,13 +66,15 @@ async def bare(url: str, n: int, each: int) -> dict[str, float]:
         backend: Any = s.backend
         channel = backend.channel
         ids = [backend._ids[sb.sandbox_id] for sb in sandboxes]
+        request = ExecRequest(("true",), "/", {}, None, 60.0, 1 << 20)
 
         async def run(service_id: str, k: int) -> None:
             for _ in range(k):
-                r = await channel.unary(
-                    "Exec", pb.ExecRequest(sandbox_id=service_id, command=["true"]), idempotent=False
-                )
-                assert r.exit_code == 0
+                if rpc == "stream":
+                    out = await run_stream(channel, service_id, request, ["true"], 5.0, None)
+                else:
+                    out = await run_unary(channel, service_id, request, ["true"], 5.0)
+                assert out.exit_code == 0, out
 
         await asyncio.gather(*(run(i, 3) for i in ids))
         c0, t0 = cpu(), time.perf_counter()
@@ -148,8 +153,8 @@ def main() -> None:
     mode, *args = sys.argv[1:]
     if mode in ("ours", "ours-stream"):
         out: Any = asyncio.run(ours(args[0], int(args[1]), int(args[2]), "stream" if mode == "ours-stream" else "auto"))
-    elif mode == "bare":
-        out = asyncio.run(bare(args[0], int(args[1]), int(args[2])))
+    elif mode in ("bare", "bare-stream"):
+        out = asyncio.run(bare(args[0], int(args[1]), int(args[2]), "stream" if mode == "bare-stream" else "unary"))
     elif mode == "sdk":
         out = asyncio.run(sdk(args[0], int(args[1]), int(args[2])))
     elif mode == "calls-ours":

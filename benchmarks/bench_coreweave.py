@@ -7,13 +7,16 @@ client (user + system CPU, all its threads: the SDK's loop thread and grpc's pol
 
 1. Client CPU per exec of ``true``: 192 execs over 8 sandboxes (24 sequential execs in
    each, the 8 at once), after start-up and a warm-up. This library on its default path
-   (unary ``Exec``) and forced onto ``StreamExec``, against the SDK (``await sb.exec``,
-   its ``StreamExec``). Rounds alternate between the clients; the figures are medians.
-   Target: this library <= 0.5x the SDK. A diagnostic row ("bare") sends the SDK's exec
-   (argv ``true``, without this library's in-sandbox wrapper) through this library's
-   channel, so the server does the same work as for the SDK: client CPU grows with the
-   server's latency (fewer completions share a wake-up), and the wrapper's ``sh`` and
-   ``timeout`` processes add latency, more so on a loaded machine.
+   (unary ``Exec``, where the service serves it) and forced onto ``StreamExec`` (the RPC
+   the SDK uses, and what the default falls back to when ``Exec`` is UNIMPLEMENTED),
+   against the SDK (``await sb.exec``, its ``StreamExec``). Rounds alternate between the
+   clients; the figures are medians. Target: <= 0.5x the SDK, on each RPC. Two diagnostic
+   rows ("bare", "bare-stream") send the SDK's exec (argv ``true``, without this library's
+   in-sandbox wrapper or its Session layers) through this library's channel on each RPC,
+   so the server does the same work as for the SDK: client CPU grows with the server's
+   latency (fewer completions share a wake-up), and the wrapper's ``sh`` and ``timeout``
+   processes add latency, more so on a loaded machine. "bare-stream" is what grpc.aio's
+   streaming call itself costs here: ready, exit and status each complete separately.
 2. API calls per sandbox lifecycle (create, ready, exec, write, read, destroy) of 8
    sandboxes at once with a 1 s start (CREATING -> RUNNING), counted by the server:
    this library (readiness from one ListSandboxes per round for all) against the SDK
@@ -37,7 +40,7 @@ from typing import Any
 from ._common import parse_args, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENTS = ("ours", "ours-stream", "bare", "sdk")
+CLIENTS = ("ours", "ours-stream", "bare", "bare-stream", "sdk")
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -87,6 +90,7 @@ def cpu_per_exec(url: str, rounds: int, sandboxes: int, each: int) -> dict[str, 
         "ratio_stream_to_sdk": med["ours-stream"] / med["sdk"],
         "ratio_unary_to_stream": med["ours"] / med["ours-stream"],
         "ratio_bare_to_sdk": med["bare"] / med["sdk"],
+        "ratio_bare_stream_to_sdk": med["bare-stream"] / med["sdk"],
     }
 
 
@@ -113,8 +117,8 @@ def chart(data: dict[str, Any]) -> Path | None:
         return None
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     cpu = data["cpu"]["cpu_ms_per_exec"]
-    labels = ["ours\n(unary Exec)", "ours\n(StreamExec)", "ours, no\nwrapper", "cwsandbox\nSDK"]
-    a.bar(labels, [cpu[c] for c in CLIENTS], color=["C0", "C0", "C7", "C3"])
+    labels = ["ours\n(unary Exec)", "ours\n(StreamExec)", "bare\nExec", "bare\nStreamExec", "cwsandbox\nSDK"]
+    a.bar(labels, [cpu[c] for c in CLIENTS], color=["C0", "C0", "C7", "C7", "C3"])
     a.axhline(cpu["sdk"] * 0.5, color="k", linestyle="--", linewidth=1, label="target: 0.5x SDK")
     a.legend(fontsize=8)
     a.set_ylabel("client CPU per exec of `true` (ms)")
@@ -153,7 +157,10 @@ def main() -> None:
         "cpu_ratio_ours_to_sdk": round(cpu["ratio_ours_to_sdk"], 3),
         "cpu_ms_per_exec_ours": round(cpu["cpu_ms_per_exec"]["ours"], 3),
         "cpu_ms_per_exec_sdk": round(cpu["cpu_ms_per_exec"]["sdk"], 3),
+        "cpu_ratio_stream_to_sdk": round(cpu["ratio_stream_to_sdk"], 3),
+        "cpu_ms_per_exec_ours_stream": round(cpu["cpu_ms_per_exec"]["ours-stream"], 3),
         "cpu_ratio_bare_to_sdk": round(cpu["ratio_bare_to_sdk"], 3),
+        "cpu_ratio_bare_stream_to_sdk": round(cpu["ratio_bare_stream_to_sdk"], 3),
         "calls_per_lifecycle_ours": calls["ours_total_per_sandbox"],
         "calls_per_lifecycle_sdk": calls["sdk_total_per_sandbox"],
     }
