@@ -54,15 +54,18 @@ class CoreWeaveBackend(Backend):
     Sandbox: ``SandboxDefaults.image`` (else ``image``, ``python:3.11``); ``Resources.cpu``
     and ``memory_mib`` as equal requests and limits; ``workspace_mib`` a scratch volume at
     the working directory; ``cpu_seconds`` and ``file_size_mib`` as ``ulimit`` of every
-    exec; ``pids`` and ``tmp_mib`` are not enforced. ``max_lifetime_seconds`` is the
-    service's TTL, tags are the service's tags, ``network=False`` denies egress and ingress.
+    exec; ``pids`` and ``tmp_mib`` are not enforced (one WARNING per backend when set).
+    ``max_lifetime_seconds`` is the service's TTL, set at create only (see ``set_lifetime``);
+    tags are the service's tags (plus ``scope_tags``), ``network=False`` denies egress and ingress.
     Created with an idempotency key (``request_id``), so a retried create never makes two.
     Ready when RUNNING, found by one ``ListSandboxes`` per ``ready_poll_seconds`` for all
     sandboxes starting at once.
 
-    Exec: see ``_exec`` (unary ``Exec`` unless stdin or streaming needs ``StreamExec``;
-    ``exec_rpc`` forces one). Files: ``ReadFile``/``WriteFile``. ``sweep`` and closing use
-    ``PurgeSandboxes`` (one call) where it applies.
+    Exec: see ``_exec`` (unary ``Exec`` unless stdin or streaming needs ``StreamExec``, and
+    ``StreamExec`` for good once the service answers ``UNIMPLEMENTED`` to ``Exec``, as it may:
+    the SDK never calls it; ``exec_rpc="stream"`` never tries unary). Files:
+    ``ReadFile``/``WriteFile``. ``sweep`` and closing use ``PurgeSandboxes`` (one call) where
+    the service offers it, else one delete per sandbox.
 
     API etiquette: every RPC has a deadline (``request_timeout_seconds``; exec: its
     timeout + ``exec_slack_seconds``; files: ``file_timeout_seconds``), at most

@@ -20,9 +20,12 @@ timeout and no process-tree kill of its own. So every command runs under
   hold streamed output back) and the client counts: past the cap it cancels the call,
   which ends the command.
 
-Measured (benchmarks/bench_coreweave.py): a unary ``Exec`` costs the client about half
-the CPU of a ``StreamExec`` round (init, close, ready, output, exit), so ``exec_rpc="auto"``
-uses unary unless the request has stdin or the caller streams output.
+Measured (benchmarks/bench_coreweave.py, one run): a unary ``Exec`` costs the client about
+0.65x the CPU of a ``StreamExec`` round (ready, output, exit and the status complete one by
+one), so ``exec_rpc="auto"`` uses unary unless the request has stdin or the caller streams
+output, until the service answers ``UNIMPLEMENTED`` (the backend then stays on ``StreamExec``).
+A stream without stdin goes out as the SDK sends it (init and half-close, in one batch here);
+with stdin, the chunks and an ``ExecStreamClose`` follow.
 
 Failure classes: a timeout is ``timed_out`` (the program's outcome), also when the
 client deadline (timeout + ``exec_slack_seconds``) fires because something the program
