@@ -200,6 +200,8 @@ async def test_a_lost_stream_is_infrastructure_when_the_probe_fails(
     with pytest.raises(SandboxTransportError, match="probe exec failed") as info:
         await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", script), on_output)
     assert info.value.infrastructure is True
+    assert faults.bare_unavailable["StreamExec"] == 0  # the probe went where the backend's execs go, and failed
+    assert len(cw_sdk_server.service.calls("Exec")) == 1  # asked once (UNIMPLEMENTED), never again
     await backend.destroy(spec.sandbox_id)
 
 
@@ -262,3 +264,22 @@ async def test_bad_credentials_are_the_callers(make_backend: BackendFactory) -> 
         with pytest.raises(SandboxBackendUnavailableError) as info:
             await bad.list(["x"])
         assert info.value.infrastructure is False
+
+
+async def test_a_lost_stream_whose_sandbox_then_died_of_oom_is_the_programs(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory
+) -> None:
+    """The probe fails because the sandbox went down meanwhile, OOM-killed: the program's outcome, not masked."""
+    backend = make_sdk_backend()
+    spec = make_spec("lost-oom")
+    await backend.create(spec)
+    faults = cw_sdk_server.service.faults
+    faults.end_stream_on = MARKER.encode()
+
+    async def on_output(stream: StreamName, data: bytes) -> None:
+        faults.die_during_exec = "OOMKilled"  # the next call (the probe) finds the sandbox dying of OOM
+
+    script = f"echo first; sleep 0.1; echo {MARKER}"
+    r = await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", script), on_output)
+    assert (r.oom_killed, r.returncode) == (True, -9)
+    await backend.destroy(spec.sandbox_id)

@@ -6,7 +6,7 @@ import builtins
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -231,21 +231,10 @@ class CoreWeaveBackend(Backend):
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         service_id = await self._usable(sandbox_id)
         channel = await self._ensure()
-        streamed = self._streamed(channel, request, on_output)
         start = time.monotonic()
-        if streamed:
-            out = await self._stream_with_retries(
-                channel, service_id, request, self._argv(sandbox_id, request, True), on_output
-            )
-        else:
-            out = await run_unary(
-                channel, service_id, request, self._argv(sandbox_id, request, False), self.options.exec_slack_seconds
-            )
-            if out.error is not None and out.error.failure.code.name == "UNIMPLEMENTED":
-                channel.no_unary_exec()  # nothing ran: the same command over StreamExec, from now on always
-                streamed = True
-                argv = self._argv(sandbox_id, request, True)
-                out = await self._stream_with_retries(channel, service_id, request, argv, on_output)
+        out, streamed = await self._run(
+            channel, service_id, request, lambda s: self._argv(sandbox_id, request, s), on_output
+        )
         wall = time.monotonic() - start
         if out.error is not None:
             return await self._diagnose(sandbox_id, service_id, request, out, wall)
@@ -259,6 +248,24 @@ class CoreWeaveBackend(Backend):
                     await on_output(name, data)
         return result
 
+    async def _run(
+        self,
+        channel: Channel,
+        service_id: str,
+        request: ExecRequest,
+        argv_for: Callable[[bool], list[str]],
+        on_output: OutputCallback | None,
+    ) -> tuple[ExecOutcome, bool]:
+        """Run ``request`` on the RPC ``_streamed`` picks (``argv_for(streamed)`` is its argv); whether it
+        streamed. Unary ``Exec`` answered ``UNIMPLEMENTED`` (so nothing ran): the same command once more
+        over ``StreamExec``, and ``StreamExec`` for every later exec on this channel."""
+        if not self._streamed(channel, request, on_output):
+            out = await run_unary(channel, service_id, request, argv_for(False), self.options.exec_slack_seconds)
+            if out.error is None or out.error.failure.code.name != "UNIMPLEMENTED":
+                return out, False
+            channel.no_unary_exec()
+        return await self._stream_with_retries(channel, service_id, request, argv_for(True), on_output), True
+
     def _argv(self, sandbox_id: str, request: ExecRequest, streamed: bool) -> list[str]:
         cpu, fsize = self._limits.get(sandbox_id, (None, None))
         kill_after = self.options.kill_after_seconds
@@ -271,12 +278,11 @@ class CoreWeaveBackend(Backend):
         channel = await self._ensure()
 
         async def probe() -> ExecOutcome:
-            """``true`` in the same sandbox, on the RPC this backend uses, under the request deadline."""
-            seconds = self.options.request_timeout_seconds
-            check = ExecRequest(("true",), "/", {}, None, seconds, 1024)
-            if self._streamed(channel, check, None):
-                return await run_stream(channel, service_id, check, ["true"], 0.0, None)
-            return await run_unary(channel, service_id, check, ["true"], 0.0)
+            """``true`` in the same sandbox, on the RPC this backend uses (with its fallback), under the
+            request deadline."""
+            check = ExecRequest(("true",), "/", {}, None, self.options.request_timeout_seconds, 1024)
+            checked, _ = await self._run(channel, service_id, check, lambda _: ["true"], None)
+            return checked
 
         return await diagnose(channel, sandbox_id, service_id, request, out, wall, destroyed=destroyed, probe=probe)
 

@@ -8,8 +8,10 @@ Called when an exec call failed or its stream ended without an exit status. One
 - the sandbox is RUNNING and the stream ended without an exit status and without an error
   (never exit 0): that alone is no evidence against the platform, since a program might be
   able to make the service end its stream, and a masked failure is worth a reward to it. So a
-  probe exec (``true``) follows: if the probe fails with an error status, the service is
-  failing (``SandboxTransportError``, infrastructure); otherwise (the probe ran, or it too
+  probe exec (``true``) follows: if the probe fails with an error status and a second
+  ``GetSandbox`` still finds the sandbox RUNNING, the service is failing
+  (``SandboxTransportError``, infrastructure; a sandbox that died meanwhile is judged as
+  below, so an OOM kill stays the program's); otherwise (the probe ran, or it too
   ended without a status, which the program's leftovers could cause) the lost stream is the
   program's (``SandboxTransportError(infrastructure=False)``). An in-band stream error from
   the service (other than the output-cap ones ``_exec`` handles) is the service's word, so
@@ -25,6 +27,7 @@ Called when an exec call failed or its stream ended without an exit status. One
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..._errors import SandboxNotRunningError, SandboxTerminatedError, SandboxTransportError
 from ..._log import log
@@ -49,23 +52,33 @@ async def diagnose(
     probe: Callable[[], Awaitable[ExecOutcome]],
 ) -> ExecExit:
     """The ``ExecExit`` of an OOM-killed command, or raise the error that says what failed."""
-    from cwsandbox._proto import sandbox_pb2 as pb
-
     error = out.error
     what = "exec" if error is None else f"exec ({error.failure.code.name})"
-    try:
-        sandbox = await channel.unary("GetSandbox", pb.GetSandboxRequest(sandbox_id=service_id))
-    except RpcError as exc:
-        sandbox = None
-        if exc.failure.code.name != "NOT_FOUND":
-            if error is not None:
-                raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
-            raise translate(exc.failure, "get sandbox", sandbox_id=sandbox_id) from exc.cause
-    status = status_of(sandbox.status.state) if sandbox is not None else SandboxStatus.COMPLETED
-    if status is SandboxStatus.RUNNING:
+    sandbox = await _get(channel, sandbox_id, service_id, error)
+    if _running(sandbox):
         if error is not None:
             raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
-        raise await _lost_stream(sandbox_id, out, probe)
+        text = f"exec stream of {sandbox_id} ended without an exit status"
+        if out.stream_error is not None:
+            code, message = out.stream_error
+            raise SandboxTransportError(f"{text}: the service said {code} {message}".rstrip(), sandbox_id=sandbox_id)
+        checked = await probe()
+        if checked.error is None:
+            seen = "ran" if checked.exit_code is not None else "ended without a status too"
+            log.info("coreweave lost exec stream judged the program's", sandbox_id=sandbox_id, probe=seen)
+            raise SandboxTransportError(
+                f"{text} while its sandbox was running (a probe exec {seen}): counted as the program's failure",
+                sandbox_id=sandbox_id,
+                infrastructure=False,
+            )
+        failure = checked.error.failure
+        log.info("coreweave probe exec failed after a lost stream", sandbox_id=sandbox_id, code=failure.code.name)
+        sandbox = await _get(channel, sandbox_id, service_id, None)  # did the sandbox die meanwhile?
+        if _running(sandbox):
+            raise SandboxTransportError(
+                f"{text}, and a probe exec failed too: {failure.describe('probe')}", sandbox_id=sandbox_id
+            )
+    status = status_of(sandbox.status.state) if sandbox is not None else SandboxStatus.COMPLETED
     reason = sandbox.status.state_reason if sandbox is not None else "gone"
     if "oom" in reason.lower():
         log.info("coreweave sandbox OOM-killed during exec", sandbox_id=sandbox_id, reason=reason)
@@ -76,25 +89,20 @@ async def diagnose(
     raise SandboxNotRunningError(f"{what}: sandbox {sandbox_id} is {status.value} ({reason})", sandbox_id=sandbox_id)
 
 
-async def _lost_stream(
-    sandbox_id: str, out: ExecOutcome, probe: Callable[[], Awaitable[ExecOutcome]]
-) -> SandboxTransportError:
-    """The error for a stream of a running sandbox that ended without an exit status (see the module doc)."""
-    text = f"exec stream of {sandbox_id} ended without an exit status"
-    if out.stream_error is not None:
-        code, message = out.stream_error
-        return SandboxTransportError(f"{text}: the service said {code} {message}".rstrip(), sandbox_id=sandbox_id)
-    checked = await probe()
-    if checked.error is not None:
-        failure = checked.error.failure
-        log.info("coreweave probe exec failed after a lost stream", sandbox_id=sandbox_id, code=failure.code.name)
-        return SandboxTransportError(
-            f"{text}, and a probe exec failed too: {failure.describe('probe')}", sandbox_id=sandbox_id
-        )
-    seen = "ran" if checked.exit_code is not None else "ended without a status too"
-    log.info("coreweave lost exec stream judged the program's", sandbox_id=sandbox_id, probe=seen)
-    return SandboxTransportError(
-        f"{text} while its sandbox was running (a probe exec {seen}): counted as the program's failure",
-        sandbox_id=sandbox_id,
-        infrastructure=False,
-    )
+def _running(sandbox: Any) -> bool:
+    return sandbox is not None and status_of(sandbox.status.state) is SandboxStatus.RUNNING
+
+
+async def _get(channel: Channel, sandbox_id: str, service_id: str, error: RpcError | None) -> Any:
+    """The sandbox (None once the service no longer knows it); a failed look-up raises the exec's own
+    error if it had one, else the look-up's."""
+    from cwsandbox._proto import sandbox_pb2 as pb
+
+    try:
+        return await channel.unary("GetSandbox", pb.GetSandboxRequest(sandbox_id=service_id))
+    except RpcError as exc:
+        if exc.failure.code.name == "NOT_FOUND":
+            return None
+        if error is not None:
+            raise translate(error.failure, "exec", sandbox_id=sandbox_id) from error.cause
+        raise translate(exc.failure, "get sandbox", sandbox_id=sandbox_id) from exc.cause
