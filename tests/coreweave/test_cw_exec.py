@@ -166,3 +166,24 @@ async def test_python_resolves_in_the_test_servers_sandboxes(
     r = await backend.exec(spec.sandbox_id, make_request("python", "-c", "print(6*7)"))
     assert (r.returncode, r.stdout) == (0, b"42\n")
     await backend.destroy(spec.sandbox_id)
+
+
+async def test_stream_exec_sends_env_and_stdin_as_the_sdk_does(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory
+) -> None:
+    """Without stdin: the init alone, then the half-close (no ExecStreamClose). With stdin: chunks, then a close."""
+    backend = make_sdk_backend(exec_rpc="stream")
+    spec = make_spec("sent-stream")
+    await backend.create(spec)
+    r = await backend.exec(spec.sandbox_id, make_request("printenv", "PER_EXEC", env={"PER_EXEC": "x"}))
+    assert r.stdout == b"x\n"
+    service = cw_sdk_server.service
+    (first,) = service.calls("StreamExec")
+    assert dict(first.init.env) == {"PER_EXEC": "x"}
+    assert service.calls("StreamExec.message") == []  # nothing after the init: the half-close ends it
+    data = bytes(range(256)) * 1024  # 256 KiB: four stdin chunks
+    r = await backend.exec(spec.sandbox_id, ExecRequest(**{**_fields(make_request("cat")), "stdin": data}))
+    assert r.stdout == data
+    kinds = [m.WhichOneof("message") for m in service.calls("StreamExec.message")]
+    assert kinds == ["stdin"] * 4 + ["close"]
+    await backend.destroy(spec.sandbox_id)

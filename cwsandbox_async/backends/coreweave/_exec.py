@@ -191,7 +191,7 @@ async def run_stream(
     cap = request.max_output_bytes
     stdout_kind = sandbox_pb2.ExecStreamOutput.STREAM_STDOUT
     Request = sandbox_pb2.ExecStreamRequest
-    init = Request(init=sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv, env=request.env))
+    init = Request(init=sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv, env=dict(request.env)))
     stdin = request.stdin
 
     async def body(call: Any) -> None:
