@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import contextvars
 import enum
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -16,14 +17,15 @@ import anyio
 import structlog
 
 from ._budget import CloseBudget
-from ._calls import call_backend, destroy
+from ._deadline import backend_call, destroy
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
 from ._sandbox import Sandbox, SandboxOpener
+from ._sdk import STATUS_ALIASES
 from ._settings import Timeouts
 from ._signals import die_of_pending_signal, on_sigterm
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
-from ._validate import validate_tags, validate_timeout
+from ._validate import validate_sweep, validate_tags
 from .backends import load_backend
 from .metrics._aggregator import MetricsAggregator
 from .metrics._reporting import MetricsReporting
@@ -256,9 +258,8 @@ class Session:
         self._creating.add(sandbox_id)
         start = time.monotonic()
         try:
-            await call_backend(
-                "create", defaults.create_timeout_seconds, lambda: backend.create(spec), sandbox_id=sandbox_id
-            )
+            with backend_call("create", defaults.create_timeout_seconds, sandbox_id=sandbox_id):
+                await backend.create(spec)
         except BaseException as exc:
             self._creating.discard(sandbox_id)
             await self._destroy_quietly(sandbox_id)  # shielded: a cancelled create leaves nothing behind
@@ -312,40 +313,31 @@ class Session:
         self._check_open()
         wanted = validate_tags(self.defaults.tags if tags is None else tags)
         keep = _statuses(status)
-        backend = self.backend
-        found = await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
+        with backend_call("list", self.defaults.operation_timeout_seconds):
+            found = await self.backend.list(wanted)
         return found if keep is None else [info for info in found if info.status in keep]
 
     async def sweep(
         self, tags: Sequence[str] | None = None, *, older_than_seconds: float | None = None, include_own: bool = False
     ) -> builtins.list[str]:
-        """Stop sandboxes carrying all of ``tags`` that this session does not own (or all, with
-        ``include_own``), optionally only those older than ``older_than_seconds``. Returns their ids."""
-        wanted = validate_tags(self.defaults.tags if tags is None else tags)
-        if not wanted and older_than_seconds is None:
-            raise SandboxValidationError(
-                "sweep needs tags or older_than_seconds, so it cannot stop everything by accident"
-            )
-        min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
-        now = time.time()
-        victims = [
-            info.sandbox_id
-            for info in await self.list(wanted)
-            if (include_own or info.sandbox_id not in self._sandboxes)
-            and (min_age is None or now - info.created_at >= min_age)
-        ]
+        """Stop sandboxes carrying all of ``tags`` (default: the session's tags) that this session's backend
+        did not create (or all, with ``include_own``), optionally only those older than
+        ``older_than_seconds``. Returns their ids.
 
-        async def stop_one(sandbox_id: str) -> None:
-            own = self._sandboxes.get(sandbox_id)
-            if own is None:
-                await self._destroy_quietly(sandbox_id)
-                return
-            with contextlib.suppress(SandboxError):  # stop() logged it
-                await own.stop()
-
+        Goes through ``Backend.sweep``: one ``deletecollection`` on Kubernetes and one
+        ``PurgeSandboxes`` on CoreWeave where they select exactly the victims, a list and a
+        destroy each elsewhere. Bounded by ``timeouts.sweep_seconds`` (``SandboxTimeoutError``,
+        infrastructure, past it). ``SandboxValidationError`` without tags and without an age, so it
+        cannot stop everything by accident. A sandbox that cannot be stopped is logged and left
+        out of the result."""
+        self._check_open()
+        wanted, min_age = validate_sweep(self.defaults.tags if tags is None else tags, older_than_seconds)
+        with backend_call("sweep", self.timeouts.sweep_seconds):
+            victims = await self.backend.sweep(wanted, older_than_seconds=min_age, include_own=include_own)
+        own = [self._sandboxes[sid] for sid in victims if sid in self._sandboxes]
         async with anyio.create_task_group() as tg:
-            for sid in victims:
-                tg.start_soon(stop_one, sid)
+            for sb in own:  # the backend destroyed them; stop() (idempotent) marks the handles stopped
+                tg.start_soon(functools.partial(_quietly, "stopping a swept sandbox", sb.stop, logged=True))
         self.metrics.swept(len(victims))
         log.info("sweep", tags=list(wanted), swept=len(victims))
         return victims
@@ -377,15 +369,6 @@ class Session:
         return dict(self.snapshot().as_dict())
 
 
-#: The CoreWeave SDK's statuses that this library folds into one of its own.
-_SDK_STATUSES = {
-    "pending": SandboxStatus.CREATING,
-    "preparing": SandboxStatus.CREATING,
-    "paused": SandboxStatus.RUNNING,
-    "terminated": SandboxStatus.COMPLETED,
-}
-
-
 def _statuses(status: object) -> frozenset[SandboxStatus] | None:
     """``status`` of ``Session.list`` as a set (None: no filter); ``SandboxValidationError`` for an unknown one."""
     if status is None:
@@ -397,7 +380,7 @@ def _statuses(status: object) -> frozenset[SandboxStatus] | None:
     for item in items:
         name = str(item).lower()
         try:
-            out.add(_SDK_STATUSES.get(name) or SandboxStatus(name))
+            out.add(SandboxStatus(STATUS_ALIASES.get(name, name)))
         except ValueError:
             known = ", ".join(s.value for s in SandboxStatus)
             raise SandboxValidationError(f"unknown status {item!r}; one of {known}") from None

@@ -3,9 +3,11 @@
 Per-sandbox deadlines (how long a create, an exec or a file transfer may take)
 are ``SandboxDefaults`` fields, overridable per sandbox and per call. What is
 here bounds the library's own work around them: the grace it gives a backend
-past an exec's timeout, how long one stop may take, and how long and how wide a
-whole close is. Pools and backends never add budgets of their own on top: a
-close is bounded by ``close_seconds`` all the way down (see ``_budget``).
+past an exec's timeout, how long one stop may take, how long and how wide a
+whole close is, and how long a sweep may take. A close is bounded by
+``close_seconds`` all the way down (see ``_budget``): every shielded step of the
+library's goes through the session's ``CloseBudget``, and no backend opens a
+shielded scope with a budget of its own (``backends/base.py``).
 
 One rule for every timeout of the library: ``None`` means the default; a
 timeout must be a positive number of seconds; ``0``, negatives and NaN raise
@@ -42,6 +44,8 @@ class Timeouts:
     close_seconds: float = 60.0
     #: Sandboxes stopped at once when a session closes.
     close_concurrency: int = 64
+    #: How long one ``Session.sweep`` (the backend's bulk delete, or its list and one destroy each) may take.
+    sweep_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -352,6 +352,32 @@ async def test_doctor_list_and_sweep_on_kubernetes(
     assert r.code == 1 and checks(r.json()["kubernetes"])["reachable"]["status"] == "fail"
 
 
+@needs_bwrap
+async def test_sweep_on_kubernetes_is_one_deletecollection(
+    k8s_server: KubeTestServer,  # noqa: F811
+    make_backend: BackendFactory,  # noqa: F811
+) -> None:
+    """The CLI's sweep goes through ``Backend.sweep``: one DELETE of the pod collection, by label, and no
+    DELETE of any single pod (counted on the server)."""
+    tag = f"cli-dc-{uuid.uuid4().hex[:8]}"
+    dead = make_backend(sweep_on_close=False)  # a driver that dies without cleaning up
+    names = []
+    for _ in range(3):
+        spec = make_spec(tag)
+        await dead.create(spec)
+        names.append(spec.sandbox_id)
+    await dead.aclose()
+    before = len(k8s_server.requests)
+    k8s = ["--backend", "kubernetes", "--server", k8s_server.url, "--namespace", "default", "--image", TEST_IMAGE]
+    r = await cli(*k8s, "sweep", "--tag", tag, "--json")
+    assert r.code == 0 and sorted(r.json()["swept"]) == sorted(names), r.stderr
+    deletes = [c for c in k8s_server.requests[before:] if c.method == "DELETE"]
+    assert len(deletes) == 1, [c.path for c in deletes]
+    (call,) = deletes
+    assert call.path.endswith("/pods") and "tag.cwsandbox.io/" in (call.param("labelSelector") or "")
+    await wait_no_pods(k8s_server)
+
+
 async def test_bench_runs_the_harness_and_passes_its_exit_code_through() -> None:
     r = await cli("bench", "--only", "no-such-benchmark")
     assert r.code == 2 and "unknown benchmark" in r.stderr

@@ -162,7 +162,6 @@ class SandboxPool:
             deliver=self._deliver,
         )
         self._health = Health(
-            lambda: session.backend,  # the session may open after the pool is made
             check_on_lease=opts.check_on_lease,
             interval=opts.health_check_interval_seconds,
             lifetime_margin=opts.lifetime_margin_seconds,

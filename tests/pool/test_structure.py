@@ -17,6 +17,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def is_module(name: str) -> bool:
+    path = PACKAGE.parent / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def runtime_imports(path: Path) -> set[str]:
     """Modules of the package that ``path`` imports at run time (anywhere, lazily too; not under TYPE_CHECKING)."""
     tree = ast.parse(path.read_text())
@@ -32,7 +37,7 @@ def runtime_imports(path: Path) -> set[str]:
             target = ".".join([*base, *(node.module or "").split(".")]).strip(".")
             for alias in node.names:
                 candidate = f"{target}.{alias.name}"
-                found.add(candidate if (PACKAGE.parent / candidate.replace(".", "/")).exists() else target)
+                found.add(candidate if is_module(candidate) else target)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
     return {m for m in found if m.split(".")[0] == "cwsandbox_async"}
