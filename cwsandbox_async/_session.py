@@ -9,12 +9,13 @@ import enum
 import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup
 
 from ._budget import CloseBudget
 from ._deadline import backend_call, destroy
@@ -23,7 +24,8 @@ from ._log import log
 from ._sandbox import Sandbox, SandboxOpener
 from ._sdk import STATUS_ALIASES
 from ._settings import Timeouts
-from ._signals import die_of_pending_signal, on_sigterm
+from ._signals import SigtermReceiver, sigterm_cancels
+from ._tasks import HostedTaskGroup
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
 from ._validate import validate_sweep, validate_tags
 from .backends import load_backend
@@ -102,6 +104,8 @@ class Session:
         self._closers: list[Closer] = []  # pools and other things closed before sandboxes
         self._handle_signals = handle_signals
         self._body: anyio.CancelScope | None = None
+        self._task_group: TaskGroup | None = None  # the ``async with`` block's; else ``_hosted``'s
+        self._hosted: HostedTaskGroup | None = None
         self._lifetime_cm: contextlib.AbstractAsyncContextManager[Session] | None = None
         self._ctx_token: Mapping[str, contextvars.Token[Any]] | None = None
         self.metrics = MetricsAggregator()
@@ -121,6 +125,11 @@ class Session:
         return self._state
 
     @property
+    def is_open(self) -> bool:
+        """Whether the session is open (sandboxes may be created)."""
+        return self._state is SessionState.OPEN
+
+    @property
     def sandboxes(self) -> list[Sandbox]:
         """Sandboxes this session created and has not stopped yet."""
         return list(self._sandboxes.values())
@@ -137,20 +146,32 @@ class Session:
 
     @contextlib.asynccontextmanager
     async def _lifetime(self) -> AsyncIterator[Session]:
-        """The ``async with`` block: open, run the body in a scope SIGTERM cancels, always close."""
+        """The ``async with`` block: open, run the body in a scope SIGTERM cancels, inside the session's task
+        group (pools run their background work there), always close."""
         await self.open()
+        body_exc: BaseException | None = None
+        receiver: SigtermReceiver | None = None
         try:
             with contextlib.ExitStack() as stack:
                 if self._handle_signals:
-                    stack.enter_context(on_sigterm(self._on_sigterm))
-                try:
-                    with anyio.CancelScope() as self._body:
-                        yield self
-                finally:
-                    self._body = None
-                    await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
+                    receiver = stack.enter_context(sigterm_cancels(self._on_sigterm))
+                async with anyio.create_task_group() as tg:
+                    self._task_group = tg
+                    try:
+                        with anyio.CancelScope() as self._body:
+                            yield self
+                    except BaseException as exc:  # kept out of the task group, which would wrap it in a group
+                        body_exc = exc
+                    finally:
+                        self._body = None
+                        await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
+                        tg.cancel_scope.cancel()  # closed: what is left of the background work ends now
         finally:
-            die_of_pending_signal()
+            self._task_group = None
+            if receiver is not None:
+                receiver.die_if_received()  # the handler is gone: the process dies of the SIGTERM
+        if body_exc is not None:
+            raise body_exc
 
     def _on_sigterm(self) -> None:
         if self._body is not None:
@@ -185,6 +206,8 @@ class Session:
                 await _quietly("closing a pool", closer)
             await self._stop_all()
             await _quietly("closing the backend", self.backend.aclose)
+            if self._hosted is not None:  # opened with open(): its task group ends here
+                await self._hosted.aclose()
         if scope.cancelled_caught:
             log.warning(
                 "session close hit its deadline",
@@ -236,6 +259,29 @@ class Session:
     def remove_closer(self, closer: Closer) -> None:
         if closer in self._closers:
             self._closers.remove(closer)
+
+    async def start_background(
+        self, host: Callable[..., Coroutine[Any, Any, Any]], name: str, *, closer: Closer
+    ) -> None:
+        """Start ``host`` in the session's task group and run ``closer`` at close, before sandboxes are stopped
+        (pools host their background work here).
+
+        ``host`` takes ``task_status`` and reports readiness as ``TaskGroup.start`` wants; this returns once
+        it has. The group is the ``async with`` block's; a session opened with ``open()`` hosts one in a
+        task of its own (``_tasks.HostedTaskGroup``), ended by ``aclose``. What ``host`` raises before it
+        is ready propagates; raises ``SandboxError`` if the session is not open."""
+        self._check_open()
+        tg = self._task_group
+        if tg is None:
+            if self._hosted is None:
+                self._hosted = HostedTaskGroup(f"cwsandbox session {self.session_id}")
+            tg = await self._hosted.open()
+        self._closers.append(closer)
+        try:
+            await tg.start(host, name=name)
+        except BaseException:
+            self.remove_closer(closer)
+            raise
 
     # -- sandboxes -------------------------------------------------------------
     def sandbox(self, **overrides: Any) -> SandboxOpener:
