@@ -56,10 +56,12 @@ class Session:
     ``async with Session(defaults, backend="local") as session:``. Leaving the block
     (return, exception, cancellation, SIGINT, SIGTERM) closes its pools and stops
     every sandbox the session created, concurrently, shielded from cancellation,
-    within ``timeouts.close_seconds`` in all: nothing below opens a budget of its
-    own (``_budget.CloseBudget``). A stop that fails or runs out of time is logged,
-    never raised from the close. ``backend`` is a name (``"local"``,
-    ``"kubernetes"``, ``"fake"``) or a ``Backend`` instance; ``backend_options`` go
+    within ``timeouts.close_seconds`` in all: every shielded step below goes through
+    the session's ``CloseBudget`` (``_budget``). A stop that fails or runs out of time
+    is logged, never raised from the close. The session opens one task group (around
+    the ``async with`` block; see ``start_background``) where pools run their
+    background work. ``backend`` is a name (``"local"``, ``"kubernetes"``,
+    ``"coreweave"``, ``"fake"``) or a ``Backend`` instance; ``backend_options`` go
     to its constructor; ``timeouts`` are the client-side timeouts and budgets
     (``Timeouts``). With ``handle_signals`` (the default), SIGTERM cancels the
     ``async with`` body, the session closes, and the process then dies of SIGTERM
@@ -251,8 +253,9 @@ class Session:
         """Register an async callable run at close, before sandboxes are stopped (pools use this).
 
         It runs under the session's close budget (``close_budget``): its own shielded
-        steps must go through ``close_budget.shielded``. A ``SandboxError`` it raises
-        is logged; anything else is a bug and propagates.
+        steps must go through ``close_budget.shielded``. Whatever it raises is logged
+        (a ``SandboxError`` as a warning, anything else, a bug, at ERROR) and the close
+        goes on: a close must release everything, so nothing a closer raises escapes it.
         """
         self._closers.append(closer)
 
