@@ -326,6 +326,18 @@ async def test_doctor_fails_where_there_is_no_isolation(state: list[str]) -> Non
     assert "1.1.1.1" not in local["no network"]["detail"]  # never tried from a sandbox that has a route
 
 
+async def crashed_driver_pods(make_backend: BackendFactory, tag: str, count: int) -> list[str]:  # noqa: F811
+    """Pods left by a driver that died without cleaning up (no destroy, no close-time sweep)."""
+    dead = make_backend(sweep_on_close=False)
+    names = []
+    for _ in range(count):
+        spec = make_spec(tag)
+        await dead.create(spec)
+        names.append(spec.sandbox_id)
+    await dead.aclose()
+    return names
+
+
 @needs_bwrap
 async def test_doctor_list_and_sweep_on_kubernetes(
     k8s_server: KubeTestServer,  # noqa: F811
@@ -336,13 +348,7 @@ async def test_doctor_list_and_sweep_on_kubernetes(
     section = checks(r.json()["kubernetes"])
     assert r.code == 0 and [c["status"] for c in section.values()] == ["ok", "ok", "ok"], section
     tag = f"cli-k8s-{uuid.uuid4().hex[:8]}"
-    dead = make_backend(sweep_on_close=False)  # a driver that dies without cleaning up
-    names = []
-    for _ in range(2):
-        spec = make_spec(tag)
-        await dead.create(spec)
-        names.append(spec.sandbox_id)
-    await dead.aclose()
+    names = await crashed_driver_pods(make_backend, tag, 2)
     r = await cli(*k8s, "list", "--tag", tag, "--json")
     assert r.code == 0 and sorted(x["sandbox_id"] for x in r.json()["sandboxes"]) == sorted(names)
     r = await cli(*k8s, "sweep", "--tag", tag, "--json")
@@ -360,13 +366,7 @@ async def test_sweep_on_kubernetes_is_one_deletecollection(
     """The CLI's sweep goes through ``Backend.sweep``: one DELETE of the pod collection, by label, and no
     DELETE of any single pod (counted on the server)."""
     tag = f"cli-dc-{uuid.uuid4().hex[:8]}"
-    dead = make_backend(sweep_on_close=False)  # a driver that dies without cleaning up
-    names = []
-    for _ in range(3):
-        spec = make_spec(tag)
-        await dead.create(spec)
-        names.append(spec.sandbox_id)
-    await dead.aclose()
+    names = await crashed_driver_pods(make_backend, tag, 3)
     before = len(k8s_server.requests)
     k8s = ["--backend", "kubernetes", "--server", k8s_server.url, "--namespace", "default", "--image", TEST_IMAGE]
     r = await cli(*k8s, "sweep", "--tag", tag, "--json")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import anyio
 
@@ -37,6 +38,18 @@ class DestroyedIds:
         self._ids.move_to_end(sandbox_id)
         while len(self._ids) > self._limit:
             self._ids.popitem(last=False)
+
+    @contextmanager
+    def destroying(self, sandbox_id: str) -> Iterator[None]:
+        """Remember ``sandbox_id`` as destroyed from the start of the block (so a create still in flight
+        undoes what it made), and forget it again if the block raises a ``SandboxError`` (the sandbox is
+        still there: ``list`` and a sweep must see it)."""
+        self.add(sandbox_id)
+        try:
+            yield
+        except SandboxError:
+            self.discard(sandbox_id)
+            raise
 
     def discard(self, sandbox_id: str) -> None:
         """Forget ``sandbox_id`` (its destroy failed: the sandbox is still there, and ``list`` must show it)."""

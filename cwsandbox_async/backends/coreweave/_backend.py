@@ -278,14 +278,10 @@ class CoreWeaveBackend(Backend):
                 raise translate(exc.failure, "delete sandbox", sandbox_id=sandbox_id) from exc.cause
 
     async def destroy(self, sandbox_id: str) -> None:
-        self._destroyed.add(sandbox_id)  # first: a create still in flight deletes what it made
-        try:
+        with self._destroyed.destroying(sandbox_id):  # a create still in flight deletes what it made
             service_id = self._ids.get(sandbox_id) or await self._service_id(sandbox_id)
             if service_id is not None:
                 await self._delete(service_id, sandbox_id)
-        except SandboxError:
-            self._destroyed.discard(sandbox_id)  # still there: list and sweep must see it
-            raise
         self._ids.pop(sandbox_id, None)
         self._limits.pop(sandbox_id, None)
 

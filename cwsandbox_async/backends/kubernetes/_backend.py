@@ -287,14 +287,10 @@ class KubernetesBackend(Backend):
 
     # -- destroy, status, list ---------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:
-        self._destroyed.add(sandbox_id)  # first: a create still in flight is reaped when it lands
-        if self._cleanup is not None:
-            self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
-        try:
+        with self._destroyed.destroying(sandbox_id):  # a create still in flight is reaped when it lands
+            if self._cleanup is not None:
+                self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
             await self._delete(sandbox_id)
-        except SandboxError:
-            self._destroyed.discard(sandbox_id)  # still there: list and sweep must see it
-            raise
         self._cpu_seconds.pop(sandbox_id, None)
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
