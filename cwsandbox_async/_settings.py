@@ -7,7 +7,9 @@ past an exec's timeout, how long one stop may take, how long and how wide a
 whole close is, and how long a sweep may take. A close is bounded by
 ``close_seconds`` all the way down (see ``_budget``): every shielded step of the
 library's goes through the session's ``CloseBudget``, and no backend opens a
-shielded scope with a budget of its own (``backends/base.py``).
+shielded scope with a budget of its own (``backends/base.py``), but for one: the
+local backend's plain path waits up to 5 s, shielded, for a killed command to be
+reaped (``backends/local/_plain.py``), so a close can overrun by that much.
 
 One rule for every timeout of the library: ``None`` means the default; a
 timeout must be a positive number of seconds; ``0``, negatives and NaN raise
@@ -39,8 +41,9 @@ class Timeouts:
     exec_grace_seconds: float = 10.0
     #: How long stopping one sandbox may take (the backend's destroy) before it is abandoned and logged.
     stop_seconds: float = 15.0
-    #: How long a whole ``Session`` close may take: its pools, every sandbox, the backend. Nothing
-    #: below opens a budget of its own, so the close returns within this bound (plus scheduling).
+    #: How long a whole ``Session`` close may take: its pools, every sandbox, the backend. Every
+    #: shielded step below runs under it, so the close returns within this bound (plus scheduling;
+    #: see the module docstring for the one shield of the local plain path).
     close_seconds: float = 60.0
     #: Sandboxes stopped at once when a session closes.
     close_concurrency: int = 64

@@ -44,8 +44,10 @@ Rules every implementation follows (``cwsandbox_async.testing.contract`` checks 
 - **Deadlines and cancellation come from the caller.** Cancellation is never
   swallowed. The caller bounds every call with a deadline (an anyio cancel
   scope); a backend never opens a shielded scope with a budget of its own, so a
-  close budget set above holds all the way down. Blocking work (file trees,
-  ``/proc`` scans, subprocess waits) runs in a worker thread, not on the loop.
+  close budget set above holds all the way down (the one exception left: the
+  local plain path's reap of a killed command, at most 5 s, ``local/_plain.py``).
+  Blocking work (file trees, ``/proc`` scans, subprocess waits) runs in a worker
+  thread, not on the loop.
 """
 
 from __future__ import annotations
