@@ -61,3 +61,19 @@ async def test_sweep_keeps_own_and_deletes_the_rest_one_by_one(
     assert [b.sandbox.spec.tags for b in cw_server.service.live()] != []
     assert {i.sandbox_id for i in await mine.list(["mixed"])} == {own.sandbox_id}
     await mine.destroy(own.sandbox_id)
+
+
+async def test_session_sweep_is_one_purge(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    """``Session.sweep`` goes through ``Backend.sweep``: one ``PurgeSandboxes``, no delete one by one."""
+    import cwsandbox_async as cwa
+
+    crashed = make_backend(sweep_on_close=False)
+    specs = [make_spec("session-leftover") for _ in range(3)]
+    for spec in specs:
+        await crashed.create(spec)
+    async with cwa.Session(backend=make_backend(), handle_signals=False) as s:
+        swept = await s.sweep(["session-leftover"])
+    assert sorted(swept) == sorted(spec.sandbox_id for spec in specs)
+    assert len(cw_server.service.calls("PurgeSandboxes")) == 1
+    assert len(cw_server.service.calls("DeleteSandbox")) == 0
+    assert cw_server.service.live() == []
