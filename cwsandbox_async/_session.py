@@ -377,8 +377,8 @@ class Session:
         ``PurgeSandboxes`` on CoreWeave where they select exactly the victims, a list and a
         destroy each elsewhere. Bounded by ``timeouts.sweep_seconds`` (``SandboxTimeoutError``,
         infrastructure, past it). ``SandboxValidationError`` without tags and without an age, so it
-        cannot stop everything by accident. A sandbox that cannot be stopped is logged and left
-        out of the result."""
+        cannot stop everything by accident. One by one, a sandbox that cannot be stopped is logged
+        and left out of the result; a bulk delete that fails raises the backend's ``SandboxError``."""
         self._check_open()
         wanted, min_age = validate_sweep(self.defaults.tags if tags is None else tags, older_than_seconds)
         with backend_call("sweep", self.timeouts.sweep_seconds):
