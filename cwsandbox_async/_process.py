@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import SandboxError
-from ._types import ExecRequest, ExecResult, StreamName
+from ._types import ExecResult, StreamName
 
-if TYPE_CHECKING:
-    from ._sandbox import Sandbox
+#: Runs the command to its result, streaming output chunks to the callback it is given.
+Run = Callable[[Callable[[StreamName, bytes], Awaitable[None]]], Awaitable[ExecResult]]
 
 __all__ = ["Process"]
 
@@ -30,9 +29,8 @@ class Process:
     reaches the caller as raised, not wrapped in an ``ExceptionGroup``.
     """
 
-    def __init__(self, sandbox: Sandbox, request: ExecRequest) -> None:
-        self._sandbox = sandbox
-        self._request = request
+    def __init__(self, run: Run) -> None:
+        self._exec = run
         send_out, recv_out = anyio.create_memory_object_stream[bytes](math.inf)
         send_err, recv_err = anyio.create_memory_object_stream[bytes](math.inf)
         #: Output chunks as they arrive; ends when the command ends.
@@ -54,7 +52,7 @@ class Process:
 
     async def _run(self) -> None:
         try:
-            self._result = await self._sandbox._run(self._request, False, self._on_output)
+            self._result = await self._exec(self._on_output)
         except Exception as exc:  # an error is delivered by wait(), not raised in the task group
             self._error = exc
         finally:

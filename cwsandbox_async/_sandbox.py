@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._calls import call_backend, destroy
+from ._deadline import backend_call, destroy
 from ._errors import (
     SandboxError,
     SandboxExecutionError,
@@ -18,15 +19,10 @@ from ._errors import (
 )
 from ._log import log
 from ._process import Process
+from ._requests import validate_exec
+from ._sdk import exec_stats
 from ._types import ExecOutcome, ExecRequest, ExecResult, SandboxDefaults, SandboxStatus
-from ._validate import (
-    MAX_FILE_BYTES,
-    validate_count,
-    validate_exec,
-    validate_file_data,
-    validate_path,
-    validate_timeout,
-)
+from ._validate import MAX_FILE_BYTES, validate_count, validate_file_data, validate_path, validate_timeout
 from ._verdict import exec_result, timeout_error
 
 if TYPE_CHECKING:
@@ -110,26 +106,14 @@ class Sandbox:
     @property
     def exec_stats(self) -> dict[str, int]:
         """Per-sandbox exec counters, with the CoreWeave SDK's keys and short aliases."""
-        return {
-            "exec_count": self._exec_count,
-            "exec_completed_ok": self._ok,
-            "exec_completed_nonzero": self._nonzero,
-            "exec_failures": self._failures,
-            "completed_ok": self._ok,
-            "completed_nonzero": self._nonzero,
-            "failures": self._failures,
-        }
+        return exec_stats(self._exec_count, self._ok, self._nonzero, self._failures)
 
     async def refresh_status(self) -> SandboxStatus:
         """Ask the backend whether the sandbox is still alive."""
         if self._status.is_terminal:
             return self._status
-        status = await call_backend(
-            "status",
-            self._defaults.operation_timeout_seconds,
-            lambda: self._backend.status(self._id),
-            sandbox_id=self._id,
-        )
+        with backend_call("status", self._defaults.operation_timeout_seconds, sandbox_id=self._id):
+            status = await self._backend.status(self._id)
         if status.is_terminal and not self._status.is_terminal:
             self._status = SandboxStatus.FAILED
         return self._status
@@ -251,7 +235,7 @@ class Sandbox:
         Leaving the block before the command ends kills it. Options as for ``exec``.
         """
         req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
-        return Process(self, req)
+        return Process(functools.partial(self._run, req, False))
 
     async def _run(
         self, req: ExecRequest, check: bool, on_output: OutputCallback | None, *, python: bool = False
@@ -261,14 +245,11 @@ class Sandbox:
         backend = self._backend
         start = time.monotonic()
         try:
-            ex = await call_backend(
-                "exec",
-                req.timeout_seconds + self._timeouts.exec_grace_seconds,
-                (lambda: backend.run_python(sid, req.argv[2], req, on_output))
-                if python
-                else (lambda: backend.exec(sid, req, on_output)),
-                sandbox_id=sid,
-            )
+            with backend_call("exec", req.timeout_seconds + self._timeouts.exec_grace_seconds, sandbox_id=sid):
+                if python:
+                    ex = await backend.run_python(sid, req.argv[2], req, on_output)
+                else:
+                    ex = await backend.exec(sid, req, on_output)
         except SandboxError as exc:
             self._record_failure(exc, time.monotonic() - start)
             raise
@@ -326,8 +307,9 @@ class Sandbox:
         limit = validate_count(max_bytes, "max_bytes")
         timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
-        backend, sid = self._backend, self._id
-        return await call_backend("read_file", timeout, lambda: backend.read_file(sid, p, limit), sandbox_id=sid)
+        with backend_call("read_file", timeout, sandbox_id=self._id):
+            data = await self._backend.read_file(self._id, p, limit)
+        return data
 
     async def write_file(self, path: str, data: bytes | str, *, timeout_seconds: float | None = None) -> None:
         """Create or replace a file (parents are created). A str is written as UTF-8. ``SandboxFileError``
@@ -336,8 +318,22 @@ class Sandbox:
         payload = validate_file_data(data, p)
         timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
         self._check_running()
-        backend, sid = self._backend, self._id
-        await call_backend("write_file", timeout, lambda: backend.write_file(sid, p, payload), sandbox_id=sid)
+        with backend_call("write_file", timeout, sandbox_id=self._id):
+            await self._backend.write_file(self._id, p, payload)
+
+    async def set_lifetime(self, seconds: float | None, *, timeout_seconds: float | None = None) -> None:
+        """End the sandbox's life ``seconds`` from now even if this process dies (``Backend.set_lifetime``;
+        None: the backend's default). A no-op where sandboxes die with their driver (local).
+
+        Raises the backend's ``SandboxError`` if the lifetime cannot be set (``SandboxValidationError``
+        where a backend can only shorten it), ``SandboxTerminatedError`` after ``stop()``, and
+        ``SandboxTimeoutError`` (infrastructure) past ``timeout_seconds`` (default
+        ``operation_timeout_seconds``)."""
+        lifetime = validate_timeout(seconds, "seconds", allow_none=True)
+        timeout = validate_timeout(timeout_seconds, default=self._defaults.operation_timeout_seconds)
+        self._check_running()
+        with backend_call("set_lifetime", timeout, sandbox_id=self._id):
+            await self._backend.set_lifetime(self._id, lifetime)
 
     # -- lifecycle -------------------------------------------------------------
     async def stop(self) -> None:

@@ -6,24 +6,28 @@ import builtins
 import contextlib
 import contextvars
 import enum
+import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup
 
 from ._budget import CloseBudget
-from ._calls import call_backend, destroy
+from ._deadline import backend_call, destroy
 from ._errors import SandboxError, SandboxValidationError
 from ._log import log
 from ._sandbox import Sandbox, SandboxOpener
+from ._sdk import STATUS_ALIASES
 from ._settings import Timeouts
-from ._signals import die_of_pending_signal, on_sigterm
+from ._signals import SigtermReceiver, sigterm_cancels
+from ._tasks import HostedTaskGroup
 from ._types import SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
-from ._validate import validate_tags, validate_timeout
+from ._validate import validate_sweep, validate_tags
 from .backends import load_backend
 from .metrics._aggregator import MetricsAggregator
 from .metrics._reporting import MetricsReporting
@@ -52,10 +56,12 @@ class Session:
     ``async with Session(defaults, backend="local") as session:``. Leaving the block
     (return, exception, cancellation, SIGINT, SIGTERM) closes its pools and stops
     every sandbox the session created, concurrently, shielded from cancellation,
-    within ``timeouts.close_seconds`` in all: nothing below opens a budget of its
-    own (``_budget.CloseBudget``). A stop that fails or runs out of time is logged,
-    never raised from the close. ``backend`` is a name (``"local"``,
-    ``"kubernetes"``, ``"fake"``) or a ``Backend`` instance; ``backend_options`` go
+    within ``timeouts.close_seconds`` in all: every shielded step below goes through
+    the session's ``CloseBudget`` (``_budget``). A stop that fails or runs out of time
+    is logged, never raised from the close. The session opens one task group (around
+    the ``async with`` block; see ``start_background``) where pools run their
+    background work. ``backend`` is a name (``"local"``, ``"kubernetes"``,
+    ``"coreweave"``, ``"fake"``) or a ``Backend`` instance; ``backend_options`` go
     to its constructor; ``timeouts`` are the client-side timeouts and budgets
     (``Timeouts``). With ``handle_signals`` (the default), SIGTERM cancels the
     ``async with`` body, the session closes, and the process then dies of SIGTERM
@@ -100,6 +106,8 @@ class Session:
         self._closers: list[Closer] = []  # pools and other things closed before sandboxes
         self._handle_signals = handle_signals
         self._body: anyio.CancelScope | None = None
+        self._task_group: TaskGroup | None = None  # the ``async with`` block's; else ``_hosted``'s
+        self._hosted: HostedTaskGroup | None = None
         self._lifetime_cm: contextlib.AbstractAsyncContextManager[Session] | None = None
         self._ctx_token: Mapping[str, contextvars.Token[Any]] | None = None
         self.metrics = MetricsAggregator()
@@ -119,6 +127,11 @@ class Session:
         return self._state
 
     @property
+    def is_open(self) -> bool:
+        """Whether the session is open (sandboxes may be created)."""
+        return self._state is SessionState.OPEN
+
+    @property
     def sandboxes(self) -> list[Sandbox]:
         """Sandboxes this session created and has not stopped yet."""
         return list(self._sandboxes.values())
@@ -135,20 +148,32 @@ class Session:
 
     @contextlib.asynccontextmanager
     async def _lifetime(self) -> AsyncIterator[Session]:
-        """The ``async with`` block: open, run the body in a scope SIGTERM cancels, always close."""
+        """The ``async with`` block: open, run the body in a scope SIGTERM cancels, inside the session's task
+        group (pools run their background work there), always close."""
         await self.open()
+        body_exc: BaseException | None = None
+        receiver: SigtermReceiver | None = None
         try:
             with contextlib.ExitStack() as stack:
                 if self._handle_signals:
-                    stack.enter_context(on_sigterm(self._on_sigterm))
-                try:
-                    with anyio.CancelScope() as self._body:
-                        yield self
-                finally:
-                    self._body = None
-                    await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
+                    receiver = stack.enter_context(sigterm_cancels(self._on_sigterm))
+                async with anyio.create_task_group() as tg:
+                    self._task_group = tg
+                    try:
+                        with anyio.CancelScope() as self._body:
+                            yield self
+                    except BaseException as exc:  # kept out of the task group, which would wrap it in a group
+                        body_exc = exc
+                    finally:
+                        self._body = None
+                        await self.aclose()  # still under the handler: a second SIGTERM cannot cut it short
+                        tg.cancel_scope.cancel()  # closed: what is left of the background work ends now
         finally:
-            die_of_pending_signal()
+            self._task_group = None
+            if receiver is not None:
+                receiver.die_if_received()  # the handler is gone: the process dies of the SIGTERM
+        if body_exc is not None:
+            raise body_exc
 
     def _on_sigterm(self) -> None:
         if self._body is not None:
@@ -183,6 +208,8 @@ class Session:
                 await _quietly("closing a pool", closer)
             await self._stop_all()
             await _quietly("closing the backend", self.backend.aclose)
+            if self._hosted is not None:  # opened with open(): its task group ends here
+                await self._hosted.aclose()
         if scope.cancelled_caught:
             log.warning(
                 "session close hit its deadline",
@@ -226,14 +253,38 @@ class Session:
         """Register an async callable run at close, before sandboxes are stopped (pools use this).
 
         It runs under the session's close budget (``close_budget``): its own shielded
-        steps must go through ``close_budget.shielded``. A ``SandboxError`` it raises
-        is logged; anything else is a bug and propagates.
+        steps must go through ``close_budget.shielded``. Whatever it raises is logged
+        (a ``SandboxError`` as a warning, anything else, a bug, at ERROR) and the close
+        goes on: a close must release everything, so nothing a closer raises escapes it.
         """
         self._closers.append(closer)
 
     def remove_closer(self, closer: Closer) -> None:
         if closer in self._closers:
             self._closers.remove(closer)
+
+    async def start_background(
+        self, host: Callable[..., Coroutine[Any, Any, Any]], name: str, *, closer: Closer
+    ) -> None:
+        """Start ``host`` in the session's task group and run ``closer`` at close, before sandboxes are stopped
+        (pools host their background work here).
+
+        ``host`` takes ``task_status`` and reports readiness as ``TaskGroup.start`` wants; this returns once
+        it has. The group is the ``async with`` block's; a session opened with ``open()`` hosts one in a
+        task of its own (``_tasks.HostedTaskGroup``), ended by ``aclose``. What ``host`` raises before it
+        is ready propagates; raises ``SandboxError`` if the session is not open."""
+        self._check_open()
+        tg = self._task_group
+        if tg is None:
+            if self._hosted is None:
+                self._hosted = HostedTaskGroup(f"cwsandbox session {self.session_id}")
+            tg = await self._hosted.open()
+        self._closers.append(closer)
+        try:
+            await tg.start(host, name=name)
+        except BaseException:
+            self.remove_closer(closer)
+            raise
 
     # -- sandboxes -------------------------------------------------------------
     def sandbox(self, **overrides: Any) -> SandboxOpener:
@@ -256,9 +307,8 @@ class Session:
         self._creating.add(sandbox_id)
         start = time.monotonic()
         try:
-            await call_backend(
-                "create", defaults.create_timeout_seconds, lambda: backend.create(spec), sandbox_id=sandbox_id
-            )
+            with backend_call("create", defaults.create_timeout_seconds, sandbox_id=sandbox_id):
+                await backend.create(spec)
         except BaseException as exc:
             self._creating.discard(sandbox_id)
             await self._destroy_quietly(sandbox_id)  # shielded: a cancelled create leaves nothing behind
@@ -312,40 +362,31 @@ class Session:
         self._check_open()
         wanted = validate_tags(self.defaults.tags if tags is None else tags)
         keep = _statuses(status)
-        backend = self.backend
-        found = await call_backend("list", self.defaults.operation_timeout_seconds, lambda: backend.list(wanted))
+        with backend_call("list", self.defaults.operation_timeout_seconds):
+            found = await self.backend.list(wanted)
         return found if keep is None else [info for info in found if info.status in keep]
 
     async def sweep(
         self, tags: Sequence[str] | None = None, *, older_than_seconds: float | None = None, include_own: bool = False
     ) -> builtins.list[str]:
-        """Stop sandboxes carrying all of ``tags`` that this session does not own (or all, with
-        ``include_own``), optionally only those older than ``older_than_seconds``. Returns their ids."""
-        wanted = validate_tags(self.defaults.tags if tags is None else tags)
-        if not wanted and older_than_seconds is None:
-            raise SandboxValidationError(
-                "sweep needs tags or older_than_seconds, so it cannot stop everything by accident"
-            )
-        min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
-        now = time.time()
-        victims = [
-            info.sandbox_id
-            for info in await self.list(wanted)
-            if (include_own or info.sandbox_id not in self._sandboxes)
-            and (min_age is None or now - info.created_at >= min_age)
-        ]
+        """Stop sandboxes carrying all of ``tags`` (default: the session's tags) that this session's backend
+        did not create (or all, with ``include_own``), optionally only those older than
+        ``older_than_seconds``. Returns their ids.
 
-        async def stop_one(sandbox_id: str) -> None:
-            own = self._sandboxes.get(sandbox_id)
-            if own is None:
-                await self._destroy_quietly(sandbox_id)
-                return
-            with contextlib.suppress(SandboxError):  # stop() logged it
-                await own.stop()
-
+        Goes through ``Backend.sweep``: one ``deletecollection`` on Kubernetes and one
+        ``PurgeSandboxes`` on CoreWeave where they select exactly the victims, a list and a
+        destroy each elsewhere. Bounded by ``timeouts.sweep_seconds`` (``SandboxTimeoutError``,
+        infrastructure, past it). ``SandboxValidationError`` without tags and without an age, so it
+        cannot stop everything by accident. One by one, a sandbox that cannot be stopped is logged
+        and left out of the result; a bulk delete that fails raises the backend's ``SandboxError``."""
+        self._check_open()
+        wanted, min_age = validate_sweep(self.defaults.tags if tags is None else tags, older_than_seconds)
+        with backend_call("sweep", self.timeouts.sweep_seconds):
+            victims = await self.backend.sweep(wanted, older_than_seconds=min_age, include_own=include_own)
+        own = [self._sandboxes[sid] for sid in victims if sid in self._sandboxes]
         async with anyio.create_task_group() as tg:
-            for sid in victims:
-                tg.start_soon(stop_one, sid)
+            for sb in own:  # the backend destroyed them; stop() (idempotent) marks the handles stopped
+                tg.start_soon(functools.partial(_quietly, "stopping a swept sandbox", sb.stop, logged=True))
         self.metrics.swept(len(victims))
         log.info("sweep", tags=list(wanted), swept=len(victims))
         return victims
@@ -377,15 +418,6 @@ class Session:
         return dict(self.snapshot().as_dict())
 
 
-#: The CoreWeave SDK's statuses that this library folds into one of its own.
-_SDK_STATUSES = {
-    "pending": SandboxStatus.CREATING,
-    "preparing": SandboxStatus.CREATING,
-    "paused": SandboxStatus.RUNNING,
-    "terminated": SandboxStatus.COMPLETED,
-}
-
-
 def _statuses(status: object) -> frozenset[SandboxStatus] | None:
     """``status`` of ``Session.list`` as a set (None: no filter); ``SandboxValidationError`` for an unknown one."""
     if status is None:
@@ -397,7 +429,7 @@ def _statuses(status: object) -> frozenset[SandboxStatus] | None:
     for item in items:
         name = str(item).lower()
         try:
-            out.add(_SDK_STATUSES.get(name) or SandboxStatus(name))
+            out.add(SandboxStatus(STATUS_ALIASES.get(name, name)))
         except ValueError:
             known = ", ".join(s.value for s in SandboxStatus)
             raise SandboxValidationError(f"unknown status {item!r}; one of {known}") from None

@@ -1,4 +1,4 @@
-"""SIGTERM, handled in one place: it cancels the bodies of the open sessions, through anyio scopes.
+"""SIGTERM, scoped: while a session's block runs, SIGTERM cancels its body, through an anyio scope.
 
 A batch scheduler stops a training job with SIGTERM. Without a handler the
 process dies at once and its sandboxes are left for a sweep; with this one, every
@@ -9,11 +9,17 @@ default action would have. A second SIGTERM while a close runs only logs: the
 close is already bounded (``Timeouts.close_seconds``), and cutting it short
 would leave the sandboxes behind.
 
-The handler is installed with the running asyncio loop's ``add_signal_handler``
-(the library runs on asyncio), only in the main thread, and only if SIGTERM
-still has its default disposition when the first session registers, so an
-application's own handler is never replaced. It is removed when the last
-registered session is done.
+``sigterm_cancels`` is scoped the way trio's ``open_signal_receiver`` is: it
+installs its handler on entry and puts the previous one back on exit, and keeps no
+state outside the scope. Scopes nest: each handler also calls the one it replaced
+when that is another session's, so one SIGTERM reaches every open session. A scope
+left while a later one is still installed stays in that one's chain, passive,
+until the later one leaves too and skips it. The handler is installed only in the
+main thread with a running asyncio loop (it hands the callback to the loop with
+``call_soon_threadsafe``), and only over the default disposition or another
+session's handler, so an application's own handler is never replaced. The last
+session out (the one that restores the default) is the one whose process dies of
+a SIGTERM received meanwhile (``die_if_received``).
 """
 
 from __future__ import annotations
@@ -24,74 +30,77 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 from ._log import log
 
-__all__ = ["die_of_pending_signal", "on_sigterm"]
-
-#: Callbacks of the sessions registered now (each cancels its own body scope).
-_callbacks: dict[object, Callable[[], None]] = {}
-#: The loop the handler is installed on, while it is.
-_loop: asyncio.AbstractEventLoop | None = None
-#: SIGTERM was received (the process re-raises it once the sessions are closed).
-_received = False
+__all__ = ["SigtermReceiver", "sigterm_cancels"]
 
 
-def _fire() -> None:
-    global _received
-    again = _received
-    _received = True
-    if again:
-        log.warning("SIGTERM received again; the close in progress is bounded and continues")
-    else:
-        log.warning("SIGTERM received; stopping sandboxes", sessions=len(_callbacks))
-    for callback in list(_callbacks.values()):
-        callback()
+class SigtermReceiver:
+    """One scope's SIGTERM handler: calls its callback on the loop, then the handler it replaced."""
 
+    def __init__(self, callback: Callable[[], None], loop: asyncio.AbstractEventLoop | None, previous: Any) -> None:
+        self._callback = callback
+        self._loop = loop
+        self.previous = previous
+        self.active = loop is not None
+        self.received = False
+        self._restored_default = False
 
-def _install() -> None:
-    global _loop
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return  # the application handles SIGTERM itself
-    try:
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, _fire)
-    except (RuntimeError, NotImplementedError, ValueError) as exc:  # no loop, no signal support here
-        log.debug("SIGTERM handler not installed", reason=repr(exc))
-        return
-    _loop = loop
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.active and self._loop is not None and not self._loop.is_closed():
+            again = self.received
+            self.received = True
+            if again:
+                log.warning("SIGTERM received again; the close in progress is bounded and continues")
+            else:
+                log.warning("SIGTERM received; stopping sandboxes")
+            self._loop.call_soon_threadsafe(self._callback)
+        if isinstance(self.previous, SigtermReceiver):
+            self.previous(signum, frame)
 
+    def _restore(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        installed = signal.getsignal(signal.SIGTERM) is self
+        if not installed:
+            return  # a later scope is installed over this one: it skips this one when it leaves
+        previous = self.previous
+        while isinstance(previous, SigtermReceiver) and not previous.active:
+            previous = previous.previous
+        signal.signal(signal.SIGTERM, previous)
+        self._restored_default = previous is signal.SIG_DFL
 
-def _remove() -> None:
-    global _loop
-    if _loop is not None:
-        if not _loop.is_closed():
-            _loop.remove_signal_handler(signal.SIGTERM)
-        _loop = None
+    def die_if_received(self) -> None:
+        """After the scope: die of a SIGTERM it received, as the default action would have (the exit
+        status says SIGTERM), if it was the last session out. Does nothing otherwise."""
+        if self.received and self._restored_default:
+            self.received = False
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextmanager
-def on_sigterm(callback: Callable[[], None]) -> Iterator[None]:
-    """Call ``callback`` on SIGTERM while the block runs (if the handler could be installed)."""
-    key = object()
-    if not _callbacks and _loop is None:
-        _install()
-    _callbacks[key] = callback
+def sigterm_cancels(callback: Callable[[], None]) -> Iterator[SigtermReceiver]:
+    """Call ``callback`` (on the running loop) on SIGTERM while the block runs, if the handler could be
+    installed (see the module docstring); the previous handler is back when the block ends."""
+    previous = signal.getsignal(signal.SIGTERM)
+    loop: asyncio.AbstractEventLoop | None = None
+    if threading.current_thread() is not threading.main_thread():
+        log.debug("SIGTERM handler not installed", reason="not the main thread")
+    elif previous is not signal.SIG_DFL and not isinstance(previous, SigtermReceiver):
+        log.debug("SIGTERM handler not installed", reason="the application handles SIGTERM")
+    else:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError as exc:  # not on asyncio
+            log.debug("SIGTERM handler not installed", reason=repr(exc))
+    receiver = SigtermReceiver(callback, loop, previous)
+    if receiver.active:
+        signal.signal(signal.SIGTERM, receiver)
     try:
-        yield
+        yield receiver
     finally:
-        _callbacks.pop(key, None)
-        if not _callbacks:
-            _remove()
-
-
-def die_of_pending_signal() -> None:
-    """Once the last registered session is closed, die of a SIGTERM received meanwhile, as its default
-    action would have (the exit status says SIGTERM). Does nothing if none was received."""
-    global _received
-    if _received and not _callbacks:
-        _received = False
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        receiver._restore()

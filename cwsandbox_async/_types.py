@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from ._errors import SandboxValidationError
+from ._sdk import DEFAULTS_ALIASES, resolve_aliases
+from ._validate import validate_env, validate_path, validate_share, validate_tags, validate_timeout
 
 __all__ = [
     "DEFAULT_WORKING_DIR",
@@ -103,19 +108,15 @@ class SandboxDefaults:
     starved_wait_share: float = 0.25
 
     def __post_init__(self, container_image: str | None) -> None:
-        from ._validate import validate_overrides
-
         values: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if container_image is not None:
             values["container_image"] = container_image
-        for name, value in validate_overrides(self, values).items():
+        for name, value in _checked_overrides(self, values).items():
             object.__setattr__(self, name, value)
 
     def with_overrides(self, **overrides: Any) -> SandboxDefaults:
         """A copy with the given fields replaced; ``tags`` and ``env`` are merged."""
-        from ._validate import validate_overrides
-
-        overrides = validate_overrides(self, overrides)
+        overrides = _checked_overrides(self, overrides)
         if "tags" in overrides:
             merged = dict.fromkeys((*self.tags, *overrides["tags"]))
             overrides["tags"] = tuple(merged)
@@ -268,3 +269,54 @@ class ExecResult:
             starved=starved,
             sandbox_cpu_seconds=ex.sandbox_cpu_seconds,
         )
+
+
+def _checked_resources(res: object) -> Resources:
+    if isinstance(res, Mapping):
+        try:
+            res = Resources(**res)
+        except TypeError as exc:
+            raise SandboxValidationError(f"invalid resources: {exc}") from None
+    if not isinstance(res, Resources):
+        raise SandboxValidationError("resources must be a Resources or a mapping")
+    for f in dataclasses.fields(res):
+        v = getattr(res, f.name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or math.isinf(v) or math.isnan(v):
+            raise SandboxValidationError(f"resources.{f.name} must be a positive number or None, got {v!r}")
+    return res
+
+
+def _checked_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``SandboxDefaults`` fields given as keyword overrides (``container_image`` becomes ``image``)."""
+    names = {f.name for f in dataclasses.fields(base)}
+    unknown = sorted(set(overrides) - names - set(DEFAULTS_ALIASES))
+    if unknown:
+        raise SandboxValidationError(f"unknown sandbox option(s): {', '.join(unknown)}")
+    overrides = resolve_aliases(overrides)
+    out = dict(overrides)
+    for key, value in overrides.items():
+        if key == "tags":
+            out[key] = validate_tags(value)
+        elif key == "env":
+            out[key] = validate_env(value)
+        elif key == "working_dir":
+            out[key] = validate_path(value, "working_dir")
+        elif key == "resources":
+            out[key] = _checked_resources(value)
+        elif key == "max_lifetime_seconds":
+            out[key] = validate_timeout(value, key, allow_none=True)
+        elif key in ("exec_timeout_seconds", "create_timeout_seconds", "operation_timeout_seconds"):
+            out[key] = validate_timeout(value, key)
+        elif key == "max_output_bytes":
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SandboxValidationError(f"max_output_bytes must be a positive int, got {value!r}")
+        elif key == "network":
+            if not isinstance(value, bool):
+                raise SandboxValidationError("network must be a bool")
+        elif key in ("starved_cpu_share", "starved_wait_share"):
+            out[key] = validate_share(value, key, upper=1.0 if key == "starved_cpu_share" else math.inf)
+        elif key == "image" and value is not None and (not isinstance(value, str) or not value):
+            raise SandboxValidationError("image must be a non-empty str or None")
+    return out

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from ._errors import SandboxValidationError
-from ._types import ExecRequest, Resources
-
-if TYPE_CHECKING:
-    from ._types import SandboxDefaults
 
 __all__ = [
     "MAX_ARGV_BYTES",
     "MAX_FILE_BYTES",
-    "validate_env",
-    "validate_exec",
-    "validate_overrides",
-    "validate_path",
-    "validate_tags",
+    "validate_argv",
     "validate_count",
+    "validate_env",
+    "validate_path",
+    "validate_sweep",
+    "validate_tags",
     "validate_timeout",
 ]
 
@@ -158,7 +153,8 @@ def validate_tags(tags: object) -> tuple[str, ...]:
     return tuple(tags)
 
 
-def _validate_argv(command: object) -> tuple[str, ...]:
+def validate_argv(command: object) -> tuple[str, ...]:
+    """A command as argv: a list of str, or a str run with ``/bin/sh -c``; at most ``MAX_ARGV_BYTES``."""
     if isinstance(command, str):
         if not command.strip():
             raise SandboxValidationError("command is empty")
@@ -184,42 +180,6 @@ def _validate_argv(command: object) -> tuple[str, ...]:
     return argv
 
 
-def validate_exec(
-    command: object,
-    *,
-    timeout_seconds: object,
-    cwd: object,
-    env: object,
-    stdin: object,
-    max_output_bytes: object,
-    cpu_seconds: object = None,
-    exclusive: object = False,
-) -> ExecRequest:
-    """Check every exec argument; return the request a backend receives."""
-    argv = _validate_argv(command)
-    timeout = validate_timeout(timeout_seconds)
-    assert timeout is not None
-    cwd_s = validate_path(cwd, "cwd")
-    if stdin is not None and not isinstance(stdin, (bytes, bytearray, memoryview)):
-        raise SandboxValidationError(f"stdin must be bytes, got {type(stdin).__name__}")
-    if stdin is not None and len(stdin) > MAX_FILE_BYTES:
-        raise SandboxValidationError(f"stdin is larger than {MAX_FILE_BYTES} bytes")
-    if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) or max_output_bytes <= 0:
-        raise SandboxValidationError(f"max_output_bytes must be a positive int, got {max_output_bytes!r}")
-    if not isinstance(exclusive, bool):
-        raise SandboxValidationError(f"exclusive must be a bool, got {exclusive!r}")
-    return ExecRequest(
-        argv=argv,
-        cwd=cwd_s,
-        env=validate_env(env),
-        stdin=bytes(stdin) if stdin is not None else None,
-        timeout_seconds=timeout,
-        max_output_bytes=max_output_bytes,
-        cpu_seconds=validate_cpu_seconds(cpu_seconds),
-        exclusive=exclusive,
-    )
-
-
 def validate_file_data(data: object, path: str) -> bytes:
     if isinstance(data, str):
         try:
@@ -231,23 +191,6 @@ def validate_file_data(data: object, path: str) -> bytes:
     if len(data) > MAX_FILE_BYTES:
         raise SandboxValidationError(f"data for {path} is {len(data)} bytes; at most {MAX_FILE_BYTES}")
     return bytes(data)
-
-
-def _validate_resources(res: object) -> Resources:
-    if isinstance(res, Mapping):
-        try:
-            res = Resources(**res)
-        except TypeError as exc:
-            raise SandboxValidationError(f"invalid resources: {exc}") from None
-    if not isinstance(res, Resources):
-        raise SandboxValidationError("resources must be a Resources or a mapping")
-    for f in dataclasses.fields(res):
-        v = getattr(res, f.name)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or math.isinf(v) or math.isnan(v):
-            raise SandboxValidationError(f"resources.{f.name} must be a positive number or None, got {v!r}")
-    return res
 
 
 def validate_share(value: object, name: str, *, upper: float) -> float:
@@ -269,40 +212,14 @@ def validate_cpu_seconds(value: object) -> float | None:
     return float(value)
 
 
-def validate_overrides(base: SandboxDefaults, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Validate ``SandboxDefaults`` fields given as keyword overrides (``container_image`` becomes ``image``)."""
-    names = {f.name for f in dataclasses.fields(base)}
-    unknown = sorted(set(overrides) - names - {"container_image"})
-    if unknown:
-        raise SandboxValidationError(f"unknown sandbox option(s): {', '.join(unknown)}")
-    if "container_image" in overrides:  # the CoreWeave SDK's name for image
-        overrides = dict(overrides)
-        alias = overrides.pop("container_image")
-        if overrides.get("image") not in (None, alias):
-            raise SandboxValidationError("image and container_image (its SDK name) disagree; give one")
-        overrides["image"] = alias
-    out = dict(overrides)
-    for key, value in overrides.items():
-        if key == "tags":
-            out[key] = validate_tags(value)
-        elif key == "env":
-            out[key] = validate_env(value)
-        elif key == "working_dir":
-            out[key] = validate_path(value, "working_dir")
-        elif key == "resources":
-            out[key] = _validate_resources(value)
-        elif key == "max_lifetime_seconds":
-            out[key] = validate_timeout(value, key, allow_none=True)
-        elif key in ("exec_timeout_seconds", "create_timeout_seconds", "operation_timeout_seconds"):
-            out[key] = validate_timeout(value, key)
-        elif key == "max_output_bytes":
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise SandboxValidationError(f"max_output_bytes must be a positive int, got {value!r}")
-        elif key == "network":
-            if not isinstance(value, bool):
-                raise SandboxValidationError("network must be a bool")
-        elif key in ("starved_cpu_share", "starved_wait_share"):
-            out[key] = validate_share(value, key, upper=1.0 if key == "starved_cpu_share" else math.inf)
-        elif key == "image" and value is not None and (not isinstance(value, str) or not value):
-            raise SandboxValidationError("image must be a non-empty str or None")
-    return out
+def validate_sweep(
+    tags: object, older_than_seconds: object, *, needs: str = "tags or older_than_seconds"
+) -> tuple[tuple[str, ...], float | None]:
+    """The one guard of every sweep: ``(tags, older_than_seconds)`` checked, and at least one of them given,
+    so a sweep cannot stop everything by accident (``SandboxValidationError`` otherwise; ``needs`` names
+    the two in the caller's words)."""
+    wanted = validate_tags(tags)
+    min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
+    if not wanted and min_age is None:
+        raise SandboxValidationError(f"sweep needs {needs}, so it cannot stop everything by accident")
+    return wanted, min_age

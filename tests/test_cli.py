@@ -326,6 +326,18 @@ async def test_doctor_fails_where_there_is_no_isolation(state: list[str]) -> Non
     assert "1.1.1.1" not in local["no network"]["detail"]  # never tried from a sandbox that has a route
 
 
+async def crashed_driver_pods(make_backend: BackendFactory, tag: str, count: int) -> list[str]:  # noqa: F811
+    """Pods left by a driver that died without cleaning up (no destroy, no close-time sweep)."""
+    dead = make_backend(sweep_on_close=False)
+    names = []
+    for _ in range(count):
+        spec = make_spec(tag)
+        await dead.create(spec)
+        names.append(spec.sandbox_id)
+    await dead.aclose()
+    return names
+
+
 @needs_bwrap
 async def test_doctor_list_and_sweep_on_kubernetes(
     k8s_server: KubeTestServer,  # noqa: F811
@@ -336,13 +348,7 @@ async def test_doctor_list_and_sweep_on_kubernetes(
     section = checks(r.json()["kubernetes"])
     assert r.code == 0 and [c["status"] for c in section.values()] == ["ok", "ok", "ok"], section
     tag = f"cli-k8s-{uuid.uuid4().hex[:8]}"
-    dead = make_backend(sweep_on_close=False)  # a driver that dies without cleaning up
-    names = []
-    for _ in range(2):
-        spec = make_spec(tag)
-        await dead.create(spec)
-        names.append(spec.sandbox_id)
-    await dead.aclose()
+    names = await crashed_driver_pods(make_backend, tag, 2)
     r = await cli(*k8s, "list", "--tag", tag, "--json")
     assert r.code == 0 and sorted(x["sandbox_id"] for x in r.json()["sandboxes"]) == sorted(names)
     r = await cli(*k8s, "sweep", "--tag", tag, "--json")
@@ -350,6 +356,26 @@ async def test_doctor_list_and_sweep_on_kubernetes(
     await wait_no_pods(k8s_server)
     r = await cli("--backend", "kubernetes", "--server", "http://127.0.0.1:9", "doctor", "--json")
     assert r.code == 1 and checks(r.json()["kubernetes"])["reachable"]["status"] == "fail"
+
+
+@needs_bwrap
+async def test_sweep_on_kubernetes_is_one_deletecollection(
+    k8s_server: KubeTestServer,  # noqa: F811
+    make_backend: BackendFactory,  # noqa: F811
+) -> None:
+    """The CLI's sweep goes through ``Backend.sweep``: one DELETE of the pod collection, by label, and no
+    DELETE of any single pod (counted on the server)."""
+    tag = f"cli-dc-{uuid.uuid4().hex[:8]}"
+    names = await crashed_driver_pods(make_backend, tag, 3)
+    before = len(k8s_server.requests)
+    k8s = ["--backend", "kubernetes", "--server", k8s_server.url, "--namespace", "default", "--image", TEST_IMAGE]
+    r = await cli(*k8s, "sweep", "--tag", tag, "--json")
+    assert r.code == 0 and sorted(r.json()["swept"]) == sorted(names), r.stderr
+    deletes = [c for c in k8s_server.requests[before:] if c.method == "DELETE"]
+    assert len(deletes) == 1, [c.path for c in deletes]
+    (call,) = deletes
+    assert call.path.endswith("/pods") and "tag.cwsandbox.io/" in (call.param("labelSelector") or "")
+    await wait_no_pods(k8s_server)
 
 
 async def test_bench_runs_the_harness_and_passes_its_exit_code_through() -> None:

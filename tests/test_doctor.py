@@ -14,7 +14,7 @@ import types
 import pytest
 
 from cwsandbox_async.backends import BACKENDS
-from cwsandbox_async.backends.probes import FAIL, OK, SKIP, ProbeRequest, Section
+from cwsandbox_async.backends.probes import FAIL, OK, SKIP, DoctorRequest, Section
 from cwsandbox_async.cli.doctor import probe_for, render, run_doctor
 
 
@@ -37,17 +37,17 @@ def only_test_backends(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_each_backend_contributes_its_section(monkeypatch: pytest.MonkeyPatch, only_test_backends: None) -> None:
-    seen: dict[str, ProbeRequest] = {}
+    seen: dict[str, DoctorRequest] = {}
 
-    async def default(section: Section, request: ProbeRequest) -> None:
+    async def default(section: Section, request: DoctorRequest) -> None:
         seen["local"] = request
         section.add("claim", OK, "held", "probe it")
 
-    async def chosen(section: Section, request: ProbeRequest) -> None:
+    async def chosen(section: Section, request: DoctorRequest) -> None:
         seen["chosen"] = request
         section.add("claim", OK, "held", "probe it")
 
-    async def other(section: Section, request: ProbeRequest) -> None:
+    async def other(section: Section, request: DoctorRequest) -> None:
         seen["other"] = request
         section.add("config", SKIP, "not configured here", "look for it")
 
@@ -71,7 +71,7 @@ async def test_each_backend_contributes_its_section(monkeypatch: pytest.MonkeyPa
 
 
 async def test_a_probe_that_raises_is_a_failed_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(section: Section, request: ProbeRequest) -> None:
+    async def broken(section: Section, request: DoctorRequest) -> None:
         section.add("first", OK, "held")
         raise KeyError("a bug in the probe")
 

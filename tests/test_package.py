@@ -49,7 +49,7 @@ PUBLIC_MODULES = {
     "cwsandbox_async.backends": ["BACKENDS", "Backend", "OutputCallback", "load_backend"],
     "cwsandbox_async.backends.base": ["Backend", "OutputCallback"],
     "cwsandbox_async.backends.probes": [
-        "FAIL", "OK", "SKIP", "WARN", "Check", "Probe", "ProbeRequest", "Section", "Status",
+        "FAIL", "OK", "SKIP", "WARN", "Check", "DoctorProbe", "DoctorRequest", "Section", "Status",
     ],
     "cwsandbox_async.backends.local": ["DEFAULT_PRELOAD", "LocalBackend"],
     "cwsandbox_async.backends.kubernetes": ["KubernetesBackend", "KubernetesOptions"],

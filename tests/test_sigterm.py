@@ -135,3 +135,46 @@ async def test_sigterm_cancels_the_session_body_and_the_process_would_die_of_it(
     assert not reached_end and backend.live == 0 and s.state.value == "closed"
     assert died == [f"{os.getpid()}:{signal.SIGTERM}"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored for the re-raise
+
+
+async def test_nested_sessions_each_get_sigterm_and_the_handler_is_restored_in_any_exit_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scoped like trio's open_signal_receiver: each session's block installs a handler over the one before
+    and puts it back; one SIGTERM cancels every open session's body; the process dies once, after the last
+    session out, not when the first one leaves (out of order here: the first one entered leaves first)."""
+    died: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: died.append(sig))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    first, second = cwa.Session(backend=FakeBackend()), cwa.Session(backend=FakeBackend())
+    entered = {id(first): anyio.Event(), id(second): anyio.Event()}
+    first_out = anyio.Event()
+    handlers: list[object] = []
+    reached_end: list[cwa.Session] = []
+
+    async def hold_until_first_is_out() -> None:
+        await first_out.wait()  # a closer runs shielded: the second session leaves after the first
+
+    async def run(s: cwa.Session) -> None:
+        async with s:
+            handlers.append(signal.getsignal(signal.SIGTERM))
+            if s is second:
+                s.add_closer(hold_until_first_is_out)
+            entered[id(s)].set()
+            await anyio.sleep(30)
+            reached_end.append(s)
+        if s is first:
+            assert died == [], "the first session out must not die: another is still open"
+            assert signal.getsignal(signal.SIGTERM) is handlers[1], "the later handler stays in place"
+            first_out.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, first)
+        await entered[id(first)].wait()
+        tg.start_soon(run, second)
+        await entered[id(second)].wait()
+        assert handlers[0] is not handlers[1]
+        signal.raise_signal(signal.SIGTERM)  # reaches both: the second's handler calls the first's
+    assert reached_end == [] and first.state.value == second.state.value == "closed"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert died == [signal.SIGTERM]

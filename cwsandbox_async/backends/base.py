@@ -35,20 +35,31 @@ Rules every implementation follows (``cwsandbox_async.testing.contract`` checks 
   is not an error. It releases every process, pod and file descriptor.
 - ``list`` finds sandboxes by tags (all must match), including ones created by
   other processes of this user that are still alive or were left behind.
+- ``owns`` says whether this backend instance created a sandbox and has not
+  destroyed it; ``sweep`` spares those unless asked (``include_own``). The base
+  class's ``sweep`` lists, then destroys one by one; a backend with a bulk delete
+  (Kubernetes ``deletecollection``, CoreWeave ``PurgeSandboxes``) overrides it and
+  keeps the same guard (``validate_sweep``: tags or an age, never everything).
+  Destroyed ids are remembered with ``backends._shared.DestroyedIds``.
 - **Deadlines and cancellation come from the caller.** Cancellation is never
   swallowed. The caller bounds every call with a deadline (an anyio cancel
   scope); a backend never opens a shielded scope with a budget of its own, so a
-  close budget set above holds all the way down. Blocking work (file trees,
-  ``/proc`` scans, subprocess waits) runs in a worker thread, not on the loop.
+  close budget set above holds all the way down (the one exception left: the
+  local plain path's reap of a killed command, at most 5 s, ``local/_plain.py``).
+  Blocking work (file trees, ``/proc`` scans, subprocess waits) runs in a worker
+  thread, not on the loop.
 """
 
 from __future__ import annotations
 
 import abc
+import builtins
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
+from .._validate import validate_sweep
+from ._shared import destroy_each, sweep_victims
 
 __all__ = ["Backend", "OutputCallback"]
 
@@ -107,13 +118,33 @@ class Backend(abc.ABC):
     async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
         """Sandboxes carrying all of ``tags``, including leftovers of other processes."""
 
+    def owns(self, sandbox_id: str) -> bool:
+        """Whether this backend instance created ``sandbox_id`` and has not destroyed it (``sweep`` spares
+        those). False by default: a backend that does not say spares nothing, so override it."""
+        return False
+
+    async def sweep(
+        self, tags: Sequence[str], *, older_than_seconds: float | None = None, include_own: bool = False
+    ) -> builtins.list[str]:
+        """Destroy the sandboxes carrying all of ``tags`` (leftovers of crashed drivers), only those older
+        than ``older_than_seconds`` if given, and the ones this backend ``owns`` only with ``include_own``.
+        Returns the ids destroyed.
+
+        ``SandboxValidationError`` without tags and without an age (``validate_sweep``). The default
+        lists, then destroys each concurrently; a sandbox whose destroy fails is logged and left out of
+        the result. The caller bounds the call."""
+        wanted, min_age = validate_sweep(tags, older_than_seconds)
+        spare = (lambda _: False) if include_own else self.owns
+        victims = sweep_victims(await self.list(wanted), min_age, spare)
+        return await destroy_each(victims, self.destroy, self.name)
+
     async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:  # noqa: B027 - optional hook
         """End the sandbox's life ``seconds`` from now even if this process dies (None: the backend's default).
 
         A server-side bound, for backends whose sandboxes outlive a killed driver
         (Kubernetes: the pod's ``activeDeadlineSeconds``). ``SandboxPool`` calls it when a
-        lease with a hold timeout starts, with the hold timeout plus the pool's
-        ``lifetime_margin_seconds``. A no-op by default (local sandboxes die with their
+        lease with a hold timeout starts (through ``Sandbox.set_lifetime``), with the hold
+        timeout plus the pool's ``lifetime_margin_seconds``. A no-op by default (local sandboxes die with their
         driver). Raises a ``SandboxError`` if the lifetime cannot be set (a backend that
         can only shorten a lifetime raises ``SandboxValidationError`` for a later end);
         the pool then does not hand that sandbox out. The caller bounds the call.

@@ -1,6 +1,6 @@
 """The commands of ``cwsandbox-async`` (doctor, list, sweep, exec, bench) and ``main``.
 
-Every command takes ``--backend local|kubernetes`` with its options and ``--json``
+Every command takes ``--backend local|kubernetes|coreweave`` with its options and ``--json``
 for machine-readable output (one JSON document on stdout; errors too). Exit codes
 are listed in ``EXIT_CODES`` and in ``cwsandbox-async --help``.
 """
@@ -25,6 +25,7 @@ from .._errors import (
     SandboxValidationError,
 )
 from .._types import ExecResult, Resources, SandboxDefaults
+from .._validate import validate_sweep
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -63,8 +64,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
 
 
 async def cmd_sweep(args: argparse.Namespace) -> int:
-    if not args.tag and args.older_than is None:
-        raise UsageError("sweep needs --tag and/or --older-than, so it cannot stop everything by accident")
+    validate_sweep(args.tag, args.older_than, needs="--tag and/or --older-than")  # a usage error (exit 2)
     async with _session(args) as s:
         now = time.time()
         matched = [

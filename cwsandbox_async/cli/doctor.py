@@ -11,13 +11,17 @@ failed check of its section, not a traceback.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._budget import CloseBudget
+from .._session import Session
+from .._types import SandboxDefaults
 from ..backends import BACKENDS
-from ..backends.probes import FAIL, Probe, ProbeRequest, Section
+from ..backends.probes import FAIL, DoctorProbe, DoctorRequest, Section
 
 __all__ = ["DoctorReport", "probe_for", "render", "run_doctor"]
 
@@ -25,6 +29,8 @@ __all__ = ["DoctorReport", "probe_for", "render", "run_doctor"]
 NOT_PROBED = frozenset({"fake"})
 #: The backend whose doctor also looks at the others.
 DEFAULT_BACKEND = "local"
+#: How long a probe may take to release what it started (a client, a channel), shielded.
+CLEANUP_SECONDS = 60.0
 
 
 @dataclass
@@ -42,7 +48,7 @@ class DoctorReport:
         }
 
 
-def probe_for(name: str) -> Probe | None:
+def probe_for(name: str) -> DoctorProbe | None:
     """The ``probe`` of backend ``name``'s ``_doctor`` module; None if it offers none.
 
     Raises ``ImportError`` if the backend package itself cannot be imported
@@ -55,11 +61,11 @@ def probe_for(name: str) -> Probe | None:
         if exc.name == module_name:
             return None
         raise
-    probe: Probe | None = getattr(module, "probe", None)
+    probe: DoctorProbe | None = getattr(module, "probe", None)
     return probe
 
 
-async def _section(name: str, request: ProbeRequest) -> Section | None:
+async def _section(name: str, request: DoctorRequest) -> Section | None:
     section = Section(name)
     try:
         probe = probe_for(name)
@@ -83,12 +89,23 @@ async def run_doctor(chosen: str, options: Mapping[str, Any], *, skip: Collectio
     names = [chosen]
     if chosen == DEFAULT_BACKEND:
         names += [n for n in BACKENDS if n not in (chosen, *NOT_PROBED, *skip)]
+    budget = CloseBudget()  # the probes release what they started under it (a shielded scope, bounded)
     for name in names:
-        request = ProbeRequest(options=options if name == chosen else {}, explicit=name == chosen)
+        own = dict(options) if name == chosen else {}
+        request = DoctorRequest(
+            options=own,
+            explicit=name == chosen,
+            open_session=functools.partial(_open_session, name, own),
+            cleanup=lambda: budget.shielded(CLEANUP_SECONDS),
+        )
         section = await _section(name, request)
         if section is not None:
             sections.append(section)
     return DoctorReport(sections)
+
+
+def _open_session(backend: str, options: Mapping[str, Any], defaults: SandboxDefaults) -> Session:
+    return Session(defaults, backend=backend, backend_options=dict(options), handle_signals=False)
 
 
 def render(report: DoctorReport) -> str:

@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._errors import SandboxError
+from .._errors import SandboxError, SandboxTimeoutError
 from .._log import log
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
-    from ..backends.base import Backend
 
 __all__ = ["Health"]
 
@@ -23,7 +22,7 @@ class Health:
     ``check_on_lease`` asks the backend for a sandbox's status before it is handed out
     (a failed status call counts as dead). A lease with a hold timeout also asks the
     backend to end the sandbox's life ``hold + lifetime_margin`` seconds from now
-    (``Backend.set_lifetime``), bounded by ``operation_timeout``; a sandbox whose lifetime
+    (``Sandbox.set_lifetime``), bounded by ``operation_timeout``; a sandbox whose lifetime
     cannot be set (a backend error, a missed deadline, or a backend that cannot extend a
     lifetime an earlier lease shortened) is not handed out. ``interval`` (None: off) is
     the period of the sweep over idle sandboxes.
@@ -31,14 +30,12 @@ class Health:
 
     def __init__(
         self,
-        backend: Callable[[], Backend],
         *,
         check_on_lease: bool,
         interval: float | None,
         lifetime_margin: float,
         operation_timeout: float,
     ) -> None:
-        self._backend = backend
         self._check_on_lease = check_on_lease
         self.interval = interval
         self._margin = lifetime_margin
@@ -63,14 +60,13 @@ class Health:
         return hold is None or await self._set_lifetime(sb, hold + self._margin)
 
     async def _set_lifetime(self, sb: Sandbox, seconds: float) -> bool:
-        with anyio.move_on_after(self._operation_timeout) as scope:
-            try:
-                await self._backend().set_lifetime(sb.sandbox_id, seconds)
-            except SandboxError as exc:
-                log.info("cannot set a leased sandbox's lifetime", sandbox_id=sb.sandbox_id, error=repr(exc))
-                return False
-        if scope.cancelled_caught:
+        try:
+            await sb.set_lifetime(seconds, timeout_seconds=self._operation_timeout)
+        except SandboxTimeoutError:
             log.info("setting a leased sandbox's lifetime timed out", sandbox_id=sb.sandbox_id)
+            return False
+        except SandboxError as exc:
+            log.info("cannot set a leased sandbox's lifetime", sandbox_id=sb.sandbox_id, error=repr(exc))
             return False
         return True
 

@@ -11,6 +11,7 @@ the parts; none of them reaches into another.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,6 @@ import anyio
 
 from .._errors import PoolClosedError, PoolError, PoolTimeoutError, SandboxValidationError
 from .._log import log
-from .._session import SessionState
 from .._validate import validate_timeout
 from ._background import Background
 from ._closing import wind_down
@@ -32,11 +32,11 @@ from ._ledger import Ledger
 from ._options import PoolOptions, ResetHook, count_arg, seconds_arg
 from ._pacing import Pacer
 from ._refill import Refill
+from ._source import SandboxSource
 from ._types import Lifecycle, PoolState, PoolStatistics, check_transition
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
-    from .._session import Session
 
 __all__ = ["ResetHook", "SandboxPool"]
 
@@ -83,7 +83,7 @@ class SandboxPool:
 
     def __init__(
         self,
-        session: Session,
+        session: SandboxSource,
         size: int = 8,
         max_size: int | None = None,
         *,
@@ -130,7 +130,7 @@ class SandboxPool:
             close_timeout_seconds=close_timeout_seconds,
         )
         defaults = session.defaults.with_overrides(**sandbox_overrides) if sandbox_overrides else session.defaults
-        self._session = session
+        self._source = session
         self.pool_id = f"pool-{uuid.uuid4().hex[:8]}"
         self._life = Lifecycle(self.pool_id)
         self._closed = anyio.Event()
@@ -162,7 +162,6 @@ class SandboxPool:
             deliver=self._deliver,
         )
         self._health = Health(
-            lambda: session.backend,  # the session may open after the pool is made
             check_on_lease=opts.check_on_lease,
             interval=opts.health_check_interval_seconds,
             lifetime_margin=opts.lifetime_margin_seconds,
@@ -242,12 +241,12 @@ class SandboxPool:
     def _publish(self) -> None:
         if self._life.state is not PoolState.CLOSED:
             ledger = self._ledger
-            self._session.metrics.pool_gauges(
+            self._source.metrics.pool_gauges(
                 idle=len(ledger.idle), leased=len(ledger.out), warming=ledger.warming, pool_id=self.pool_id
             )
 
     def _can_create(self) -> bool:
-        return self._life.state is PoolState.OPEN and self._session.state is SessionState.OPEN
+        return self._life.state is PoolState.OPEN and self._source.is_open
 
     def _fail(self, exc: BaseException) -> None:
         """The background failed with ``exc`` (a bug): FAILED, and every waiter gets the error now."""
@@ -277,14 +276,13 @@ class SandboxPool:
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> SandboxPool:
         check_transition(self._life.state, PoolState.OPEN)
-        if self._session.state is not SessionState.OPEN:
+        if not self._source.is_open:
             raise PoolError("the session is not open; open it first ('async with Session(...)')", infrastructure=False)
         self._life.to(PoolState.OPEN)  # first: a background that fails at once finds the pool open, and fails it
-        self._session.add_closer(self.aclose)
         daemons = [self._refill.run]
         if self._health.interval is not None:
             daemons.append(self._sweep)
-        await self._background.start(*daemons)
+        await self._background.start(functools.partial(self._source.start_background, closer=self.aclose), *daemons)
         opts = self._options
         log.debug("pool opened", pool_id=self.pool_id, size=opts.size, max_size=opts.cap, reuse=opts.reuse)
         self._ledger.notify()
@@ -315,20 +313,21 @@ class SandboxPool:
             await self._closed.wait()
             return
         self._life.to(PoolState.CLOSING)
-        self._session.remove_closer(self.aclose)
+        self._source.remove_closer(self.aclose)
         self._ledger.fail_waiters(lambda: PoolClosedError("cannot lease from a closed pool", infrastructure=False))
         opts = self._options
         parts = (self._ledger, self._handout, self._disposal, self._background)
-        seconds = opts.close_timeout_seconds or self._session.timeouts.close_seconds
+        seconds = opts.close_timeout_seconds or self._source.timeouts.close_seconds
         try:
             if not await wind_down(
-                *parts, budget=self._session.close_budget, grace=opts.close_grace_seconds, seconds=seconds
+                *parts, budget=self._source.close_budget, grace=opts.close_grace_seconds, seconds=seconds
             ):
                 log.warning("pool close ran out of its budget", pool=repr(self))
         finally:  # reached however the close ends (a bug in it included): the pool is closed
+            self._background.cancel()  # its background ends even when the budget ran out before stop()
             self._life.to(PoolState.CLOSED)
             self._closed.set()
-            self._session.metrics.pool_closed(self.pool_id)
+            self._source.metrics.pool_closed(self.pool_id)
         log.debug("pool closed", pool_id=self.pool_id, created=self._creator.created)
 
     # -- leasing -----------------------------------------------------------------------

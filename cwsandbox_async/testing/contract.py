@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from .._errors import SandboxError, SandboxFileError, SandboxNotRunningError
+from .._errors import SandboxError, SandboxFileError, SandboxNotRunningError, SandboxValidationError
 from .._types import ExecExit, ExecRequest, SandboxDefaults, SandboxSpec, SandboxStatus, StreamName
 from ..backends.base import Backend
 
@@ -97,6 +97,18 @@ class BackendContract:
             assert listed[0].tags == (tag,)
         assert (await backend.status(sid)).is_terminal
         await backend.destroy(sid)  # idempotent
+        await self.assert_none_left(backend, tag)
+
+    async def test_sweep_spares_its_own_unless_asked(self, backend: Backend, tag: str) -> None:
+        async with self.sandbox(backend, tag) as sid:
+            assert backend.owns(sid)
+            with anyio.fail_after(self.call_timeout):
+                assert await backend.sweep([tag]) == []
+                assert await backend.sweep([tag], older_than_seconds=3600, include_own=True) == []  # too young
+                assert await backend.sweep([tag], include_own=True) == [sid]
+            assert not backend.owns(sid)
+            with pytest.raises(SandboxValidationError):
+                await backend.sweep([])  # neither tags nor an age: it would stop everything
         await self.assert_none_left(backend, tag)
 
     async def test_destroy_unknown_id_is_not_an_error(self, backend: Backend) -> None:

@@ -147,6 +147,7 @@ class FakeBackend(Backend):
         self.exec_in_flight = 0
         self.max_exec_in_flight = 0
         self.lost: set[str] = set()
+        self._own: set[str] = set()  # created here and not destroyed since (``owns``)
         self.exclusive_kills = 0
         self.closed = False
 
@@ -176,6 +177,7 @@ class FakeBackend(Backend):
     async def create(self, spec: SandboxSpec) -> None:
         sb = _FakeSandbox(spec=spec, created_at=time.time())
         self.world[spec.sandbox_id] = sb
+        self._own.add(spec.sandbox_id)
         self.created += 1
         if len(self.world) > self.max_live:  # else live (at most len(world)) cannot exceed it: skip the count
             self.max_live = max(self.max_live, self.live)
@@ -353,6 +355,7 @@ class FakeBackend(Backend):
         sb.files[path] = data
 
     async def destroy(self, sandbox_id: str) -> None:
+        self._own.discard(sandbox_id)
         sb = self.world.get(sandbox_id)
         if sb is None or not sb.alive:
             self.world.pop(sandbox_id, None)
@@ -372,6 +375,9 @@ class FakeBackend(Backend):
         self.world.pop(sandbox_id, None)
         self.lost.discard(sandbox_id)
         self.destroyed += 1
+
+    def owns(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._own
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
         sb = self.world.get(sandbox_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cwsandbox_async.backends.coreweave._doctor import probe
-from cwsandbox_async.backends.probes import FAIL, OK, SKIP, WARN, ProbeRequest, Section
+from cwsandbox_async.backends.probes import FAIL, OK, SKIP, WARN, DoctorRequest, Section
 from cwsandbox_async.cli.doctor import run_doctor
 from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
@@ -17,7 +17,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def _run(options: dict[str, object], explicit: bool) -> dict[str, str]:
     section = Section("coreweave")
-    await probe(section, ProbeRequest(options=options, explicit=explicit, timeout_seconds=10))
+    await probe(section, DoctorRequest(options=options, explicit=explicit, timeout_seconds=10))
     return {c.name: c.status for c in section.checks}
 
 

@@ -133,3 +133,18 @@ async def test_scope_tags_mark_every_sandbox_and_scope_list_and_sweep(
     await plain.destroy(other.sandbox_id)
     with pytest.raises(SandboxValidationError):
         make_backend(scope_tags=("bad tag",))
+
+
+async def test_session_sweep_is_one_purge(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
+    """``Session.sweep`` goes through ``Backend.sweep``: one ``PurgeSandboxes``, no delete one by one."""
+
+    crashed = make_backend(sweep_on_close=False)
+    specs = [make_spec("session-leftover") for _ in range(3)]
+    for spec in specs:
+        await crashed.create(spec)
+    async with cwa.Session(backend=make_backend(), handle_signals=False) as s:
+        swept = await s.sweep(["session-leftover"])
+    assert sorted(swept) == sorted(spec.sandbox_id for spec in specs)
+    assert len(cw_server.service.calls("PurgeSandboxes")) == 1
+    assert len(cw_server.service.calls("DeleteSandbox")) == 0
+    assert cw_server.service.live() == []

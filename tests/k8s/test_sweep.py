@@ -57,6 +57,17 @@ async def test_session_sweep_spares_its_own_sandboxes(k8s_server: KubeTestServer
     await wait_no_pods(k8s_server)
 
 
+async def test_session_sweep_is_one_deletecollection(k8s_server: KubeTestServer, make_backend: BackendFactory) -> None:
+    """``Session.sweep`` goes through ``Backend.sweep``: one DELETE of the pod collection, none of a single pod."""
+    left = await crashed_driver(make_backend, ("gone",), ("gone",), ("gone",))
+    async with cwa.Session(backend=make_backend(), handle_signals=False) as s:
+        before = len(k8s_server.requests)
+        assert sorted(await s.sweep(["gone"])) == sorted(left)
+        deletes = [c for c in k8s_server.requests[before:] if c.method == "DELETE"]
+    assert [c.path.rsplit("/", 1)[-1] for c in deletes] == ["pods"]
+    await wait_no_pods(k8s_server)
+
+
 async def test_backend_sweep_spares_its_own_pods_unless_asked(
     k8s_server: KubeTestServer, make_backend: BackendFactory
 ) -> None:

@@ -181,3 +181,20 @@ async def test_a_hung_destroy_does_not_stretch_the_pools_close() -> None:
             start = anyio.current_time()
         assert anyio.current_time() - start <= 5 + 0.05
         assert pool.state is PoolState.CLOSED
+
+
+async def test_a_close_cut_short_by_its_caller_still_ends_the_pools_background() -> None:
+    """The background's task group lives in the session's; a close that never reached its stop (the caller's
+    deadline passed during the grace) still cancels it, so nothing of the pool keeps running."""
+    be = FakeBackend(seed=22)
+    async with Session(backend=be) as s:
+        pool = SandboxPool(s, size=2, close_grace_seconds=30, health_check_interval_seconds=0.05)
+        async with pool, anyio.create_task_group() as tg:
+            entered = anyio.Event()
+            tg.start_soon(_stubborn, pool, entered, [])
+            await entered.wait()
+            with anyio.move_on_after(0.5):
+                await pool.aclose()
+            await wait_until(lambda: not pool._background.running)
+            tg.cancel_scope.cancel()
+    assert be.live == 0

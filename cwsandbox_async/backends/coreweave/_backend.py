@@ -5,7 +5,6 @@ from __future__ import annotations
 import builtins
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +21,8 @@ from ..._errors import (
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
-from ..._validate import validate_timeout
+from ..._validate import validate_sweep, validate_timeout
+from .._shared import DestroyedIds, destroy_each, sweep_victims
 from ..base import Backend, OutputCallback
 from . import _files
 from ._channel import Channel, RpcError, open_channel
@@ -32,12 +32,10 @@ from ._errors import translate
 from ._exec import ExecOutcome, run_stream, run_unary, wrap
 from ._options import CoreWeaveOptions
 from ._ready import Readiness
-from ._sweep import purge, sweep
+from ._sweep import purge
 
 __all__ = ["CoreWeaveBackend"]
 
-#: Destroyed ids remembered (status says COMPLETED; a create that lands late is deleted).
-MAX_REMEMBERED = 100_000
 #: Sandboxes per ``ListSandboxes`` page.
 PAGE_SIZE = 500
 
@@ -88,7 +86,7 @@ class CoreWeaveBackend(Backend):
         self._readiness: Readiness | None = None
         self._ids: dict[str, str] = {}  # library id -> service id
         self._limits: dict[str, tuple[int | None, int | None]] = {}  # cpu_seconds, file_size_mib
-        self._destroyed: OrderedDict[str, None] = OrderedDict()
+        self._destroyed = DestroyedIds()  # status says COMPLETED; a create that lands late is deleted
         self._created_any = False
         self._closed = False
         self._opening = anyio.Lock()
@@ -132,12 +130,6 @@ class CoreWeaveBackend(Backend):
     @staticmethod
     def _starting(sandbox: Any) -> bool:
         return status_of(sandbox.status.state) is SandboxStatus.CREATING
-
-    def _remember_destroyed(self, sandbox_id: str) -> None:
-        self._destroyed[sandbox_id] = None
-        self._destroyed.move_to_end(sandbox_id)
-        while len(self._destroyed) > MAX_REMEMBERED:
-            self._destroyed.popitem(last=False)
 
     async def _pages(self, tags: Sequence[str], *, show_terminated: bool = False) -> builtins.list[Any]:
         from cwsandbox._proto import sandbox_pb2 as pb
@@ -363,14 +355,10 @@ class CoreWeaveBackend(Backend):
                 raise translate(exc.failure, "delete sandbox", sandbox_id=sandbox_id) from exc.cause
 
     async def destroy(self, sandbox_id: str) -> None:
-        self._remember_destroyed(sandbox_id)  # first: a create still in flight deletes what it made
-        try:
+        with self._destroyed.destroying(sandbox_id):  # a create still in flight deletes what it made
             service_id = self._ids.get(sandbox_id) or await self._service_id(sandbox_id)
             if service_id is not None:
                 await self._delete(service_id, sandbox_id)
-        except SandboxError:
-            self._destroyed.pop(sandbox_id, None)  # still there: list and sweep must see it
-            raise
         self._ids.pop(sandbox_id, None)
         self._limits.pop(sandbox_id, None)
         self._ends.pop(sandbox_id, None)
@@ -407,14 +395,35 @@ class CoreWeaveBackend(Backend):
             infos.append(info)
         return infos
 
-    # -- extras ----------------------------------------------------------------
+    # -- sweep -----------------------------------------------------------------
+    def owns(self, sandbox_id: str) -> bool:
+        """True for a sandbox this backend instance created and has not destroyed."""
+        return sandbox_id in self._limits
+
     async def sweep(
         self, tags: Sequence[str] = (), *, older_than_seconds: float | None = None, include_own: bool = False
     ) -> builtins.list[str]:
         """Delete this library's sandboxes carrying all of ``tags`` (leftovers of crashed drivers), optionally
         only those older than ``older_than_seconds``; this backend's own only with ``include_own``. One
-        ``PurgeSandboxes`` call when that selects exactly the victims. Returns the ids deleted."""
-        return await sweep(self, tags, older_than_seconds=older_than_seconds, include_own=include_own)
+        ``PurgeSandboxes`` call when that selects exactly the victims (no age filter, nothing of this
+        backend's to keep); otherwise one by one. A sandbox that cannot be deleted is logged and left out
+        of the result. Returns the ids deleted."""
+        wanted, min_age = validate_sweep(tags, older_than_seconds)
+        infos = await self.list(wanted)
+        victims = sweep_victims(infos, min_age, lambda sid: not include_own and self.owns(sid))
+        channel = self._channel
+        exact = victims and len(victims) == len(infos)
+        if exact and channel is not None and await purge(channel, [MANAGED_TAG, *self.scope, *wanted]):
+            for sid in victims:
+                self._destroyed.add(sid)
+                self._ids.pop(sid, None)
+                self._limits.pop(sid, None)
+                self._ends.pop(sid, None)
+            log.info("coreweave sweep", tags=list(wanted), swept=len(victims), purged=True)
+            return victims
+        swept = await destroy_each(victims, self.destroy, "coreweave")
+        log.info("coreweave sweep", tags=list(wanted), swept=len(swept))
+        return swept
 
     async def set_lifetime(self, sandbox_id: str, seconds: float | None) -> None:
         """The service sets a sandbox's lifetime only when it creates it (``max_lifetime_seconds``; the
@@ -442,14 +451,6 @@ class CoreWeaveBackend(Backend):
             "lifetime_margin_seconds",
             sandbox_id=sandbox_id,
         )
-
-    def owns(self, sandbox_id: str) -> bool:
-        """True for a sandbox this backend instance created and has not destroyed."""
-        return sandbox_id in self._limits
-
-    def forget(self, sandbox_id: str) -> None:
-        """Remember ``sandbox_id`` as destroyed (after a purge took it)."""
-        self._remember_destroyed(sandbox_id)
 
     async def aclose(self) -> None:
         """Delete any sandbox of this backend still alive (``sweep_on_close``: one ``PurgeSandboxes``), close

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from ..._types import SandboxInfo, SandboxSpec, SandboxStatus
-from .._shared import pid_alive
+from .._shared import pid_exists
 from ._exec import KEEPALIVE
 from ._options import CoreWeaveOptions
 
@@ -82,7 +82,7 @@ def sandbox_info(sandbox: Any, backend: str, hidden: tuple[str, ...] = ()) -> Sa
     host = ann.get(ANNOTATION_PREFIX + "owner-host", "")
     alive: bool | None = None
     if pid.isdigit() and host == socket.gethostname():
-        alive = pid_alive(int(pid))
+        alive = pid_exists(int(pid))
     return SandboxInfo(
         sandbox_id=library_id(sandbox),
         tags=user_tags(sandbox.spec.tags, hidden),

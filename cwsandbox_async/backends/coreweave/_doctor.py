@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from ..._errors import SandboxError
-from ..probes import FAIL, OK, SKIP, WARN, ProbeRequest, Section
+from ..probes import FAIL, OK, SKIP, WARN, DoctorRequest, Section
 
 __all__ = ["credential_source", "probe"]
 
@@ -35,7 +35,7 @@ def credential_source(options: Any) -> str | None:
     return None
 
 
-async def probe(section: Section, request: ProbeRequest) -> None:
+async def probe(section: Section, request: DoctorRequest) -> None:
     """Credentials present? Endpoint answers a read-only call?"""
     from . import EXTRA_HINT
 
@@ -85,5 +85,5 @@ async def probe(section: Section, request: ProbeRequest) -> None:
     except TimeoutError:
         section.add("reachable", FAIL if explicit else WARN, f"no answer in {request.timeout_seconds:g} s", check)
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(request.timeout_seconds):
+        with request.cleanup():
             await channel.aclose()

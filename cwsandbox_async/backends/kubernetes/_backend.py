@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import builtins
-import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -17,12 +15,11 @@ from ..._errors import (
     SandboxCreationError,
     SandboxError,
     SandboxTerminatedError,
-    SandboxValidationError,
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
-from ..._validate import validate_tags, validate_timeout
-from .._shared import destroy_each
+from ..._validate import validate_sweep, validate_timeout
+from .._shared import DestroyedIds, destroy_each, sweep_victims
 from ..base import Backend, OutputCallback
 from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
@@ -43,9 +40,6 @@ from ._runner import PodRunner
 from ._watch import PodWatch
 
 __all__ = ["KubernetesBackend"]
-
-#: Destroyed ids remembered (so status says COMPLETED and late creations are reaped).
-MAX_REMEMBERED = 100_000
 
 
 class KubernetesBackend(Backend):
@@ -101,8 +95,8 @@ class KubernetesBackend(Backend):
         self._watch: PodWatch | None = None
         self._namespace: str | None = None
         self._lock: anyio.Lock | None = None
-        self._destroyed: OrderedDict[str, None] = OrderedDict()
-        self._reaped: dict[str, None] = {}  # late pods whose reaping DELETE went through
+        self._destroyed = DestroyedIds()  # so status says COMPLETED and late creations are reaped
+        self._reaped = DestroyedIds()  # late pods whose reaping DELETE went through
         self._cpu_seconds: dict[str, int | None] = {}
         self._cleanup: Cleanup | None = None
         self._runner: PodRunner | None = None
@@ -169,12 +163,6 @@ class KubernetesBackend(Backend):
     def _pod_path(self, ns: str, name: str) -> str:
         return f"{pods_path(ns)}/{quote(name, safe='')}"
 
-    def _remember_destroyed(self, sandbox_id: str) -> None:
-        self._destroyed[sandbox_id] = None
-        self._destroyed.move_to_end(sandbox_id)
-        while len(self._destroyed) > MAX_REMEMBERED:
-            self._destroyed.popitem(last=False)
-
     def _on_change(self, name: str, pod: dict[str, Any] | None) -> None:
         """Reap a pod that appears after we destroyed it (a create that raced its own cancellation)."""
         if pod is None or name not in self._destroyed or (pod.get("metadata") or {}).get("deletionTimestamp"):
@@ -185,9 +173,7 @@ class KubernetesBackend(Backend):
 
         async def reap() -> None:
             await self._delete(name)
-            self._reaped[name] = None
-            while len(self._reaped) > MAX_REMEMBERED:
-                del self._reaped[next(iter(self._reaped))]
+            self._reaped.add(name)
             log.info("k8s reaped a pod created after its sandbox was destroyed", sandbox_id=name)
 
         self._cleanup.spawn(f"reap:{name}", "reap", reap, within=self.options.kill_timeout_seconds)
@@ -301,14 +287,10 @@ class KubernetesBackend(Backend):
 
     # -- destroy, status, list ---------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:
-        self._remember_destroyed(sandbox_id)  # first: a create still in flight is reaped when it lands
-        if self._cleanup is not None:
-            self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
-        try:
+        with self._destroyed.destroying(sandbox_id):  # a create still in flight is reaped when it lands
+            if self._cleanup is not None:
+                self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
             await self._delete(sandbox_id)
-        except SandboxError:
-            self._destroyed.pop(sandbox_id, None)  # still there: list and sweep must see it
-            raise
         self._cpu_seconds.pop(sandbox_id, None)
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
@@ -325,17 +307,17 @@ class KubernetesBackend(Backend):
         pods, _ = await list_pods(client, ns, selector(f"{MANAGED_BY_LABEL}={MANAGED_BY}", *tag_selector(tags)))
         return [sandbox_info(p, self.name) for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
-    # -- extras ----------------------------------------------------------------
+    # -- sweep and lifetime --------------------------------------------------------
+    def owns(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._cpu_seconds
+
     async def sweep(
         self, tags: Sequence[str] = (), *, older_than_seconds: float | None = None, include_own: bool = False
     ) -> builtins.list[str]:
         """Delete this library's pods carrying all of ``tags`` (leftovers of crashed drivers), optionally only
         those older than ``older_than_seconds``; this backend's own pods only with ``include_own``.
         One ``deletecollection`` call when no age is given. Returns the names deleted."""
-        wanted = validate_tags(tags)
-        min_age = validate_timeout(older_than_seconds, "older_than_seconds", allow_none=True)
-        if not wanted and min_age is None:
-            raise SandboxValidationError("sweep needs tags or older_than_seconds, so it cannot delete everything")
+        wanted, min_age = validate_sweep(tags, older_than_seconds)
         parts = [f"{MANAGED_BY_LABEL}={MANAGED_BY}", *tag_selector(wanted)]
         if not include_own:
             parts.append(f"{DRIVER_LABEL}!={self.driver_id}")
@@ -345,10 +327,11 @@ class KubernetesBackend(Backend):
             doc = await client.request("DELETE", pods_path(ns), params=[("labelSelector", sel)], what="sweep pods")
             names = [i["metadata"]["name"] for i in doc.get("items") or [] if isinstance(i, dict)]
         else:
-            now = time.time()
-            names = [i.sandbox_id for i in await self.list(wanted) if now - i.created_at >= min_age]
-            names = [n for n in names if include_own or n not in self._cpu_seconds]
+            names = sweep_victims(await self.list(wanted), min_age, lambda n: not include_own and self.owns(n))
             names = await destroy_each(names, self._delete, "k8s")
+        for name in names:  # gone (or going): status says COMPLETED, and the pod is no longer this backend's
+            self._destroyed.add(name)
+            self._cpu_seconds.pop(name, None)
         log.info("k8s sweep", tags=list(wanted), swept=len(names))
         return names
 

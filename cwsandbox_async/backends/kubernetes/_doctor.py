@@ -12,14 +12,15 @@ from __future__ import annotations
 import anyio
 
 from ..._errors import SandboxError
-from ..probes import FAIL, OK, SKIP, WARN, ProbeRequest, Section
+from ..probes import FAIL, OK, SKIP, WARN, DoctorRequest, Section
 
 __all__ = ["probe"]
 
 
-async def probe(section: Section, request: ProbeRequest) -> None:
+async def probe(section: Section, request: DoctorRequest) -> None:
     """Config found? API server reachable? Pods listable in the namespace?"""
     from ._backend import KubernetesBackend
+    from ._client import KubeClient
     from ._connect import connect
     from ._options import KubernetesOptions
 
@@ -34,18 +35,19 @@ async def probe(section: Section, request: ProbeRequest) -> None:
         return
     section.add("config", OK, f"{cfg.source or cfg.server} (namespace {cfg.namespace})", "load the configuration")
     section.facts.update(server=cfg.server, namespace=cfg.namespace)
+    client = KubeClient(cfg, opts)
     backend = KubernetesBackend(**{**options, "sweep_on_close": False})
     budget = request.timeout_seconds
     try:
         with anyio.fail_after(budget):
-            client, ns = await backend._ensure()
             version = await client.request("GET", "/version", budget=budget, what="get the server version")
         section.add("reachable", OK, f"API server {version.get('gitVersion', '?')}", "GET /version")
         with anyio.fail_after(budget):
             pods = await backend.list()
-        section.add("pods listable", OK, f"{len(pods)} sandbox pods in namespace {ns}", "list pods by label")
+        section.add("pods listable", OK, f"{len(pods)} sandbox pods in namespace {cfg.namespace}", "list pods by label")
     except (SandboxError, TimeoutError) as exc:
         section.add("reachable", unreachable, f"{type(exc).__name__}: {exc}", "GET /version; list pods")
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(budget):
+        with request.cleanup():
+            await client.aclose()
             await backend.aclose()

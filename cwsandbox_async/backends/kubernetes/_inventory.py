@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..._types import SandboxInfo
-from .._shared import pid_alive
+from .._shared import pid_exists
 from ._client import KubeClient
 from ._manifest import HOST_ANNOTATION, PID_ANNOTATION, SESSION_LABEL, tags_of
 from ._podstate import view
@@ -50,7 +50,7 @@ def _owner_alive(annotations: dict[str, Any], pid: int | None) -> bool | None:
     """Whether the driver that made the pod still runs: known only when it ran on this host."""
     if pid is None or annotations.get(HOST_ANNOTATION) != socket.gethostname()[:253]:
         return None
-    return pid_alive(pid)
+    return pid_exists(pid)
 
 
 def sandbox_info(pod: dict[str, Any], backend: str) -> SandboxInfo:

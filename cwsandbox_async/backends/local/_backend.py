@@ -54,6 +54,7 @@ from ..._errors import (
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from .._shared import DestroyedIds
 from ..base import Backend, OutputCallback
 from ._born import Births
 from ._box import Box, HostIds
@@ -81,7 +82,6 @@ __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
 #: Modules the agent imports at start, so ``run_python`` snippets find them warm.
 DEFAULT_PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "string")
-_REMEMBER_DESTROYED = 4096
 
 
 class LocalBackend(Setup, OtherPaths, Listing, Backend):
@@ -158,7 +158,7 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
         self._births = Births(self._cgroups, self._registry, self._ids, self._blocking, self.options.eof_grace)
         self._template: Template | None = None
         self._boxes: dict[str, Box] = {}
-        self._destroyed: dict[str, None] = {}
+        self._destroyed = DestroyedIds()
         self._reaped: dict[str, SandboxInfo] = {}
         self._reaped_tags: set[tuple[str, ...]] = set()
         self._probe: Probe | None = None
@@ -391,10 +391,11 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
         finally:
             box.status = SandboxStatus.COMPLETED
             self._boxes.pop(sid, None)
-            self._destroyed[sid] = None
-            if len(self._destroyed) > _REMEMBER_DESTROYED:
-                self._destroyed.pop(next(iter(self._destroyed)))
+            self._destroyed.add(sid)
             box.stopped.set()
+
+    def owns(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._boxes
 
     async def aclose(self) -> None:
         """Destroy every sandbox this backend still holds (concurrently), then stop the template.

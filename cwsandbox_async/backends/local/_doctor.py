@@ -24,7 +24,7 @@ import anyio
 
 from ..._errors import SandboxError, SandboxTimeoutError
 from ..._types import Resources, SandboxDefaults
-from ..probes import FAIL, OK, WARN, ProbeRequest, Section, Status
+from ..probes import FAIL, OK, WARN, DoctorRequest, Section, Status
 from ._doctor_birth import birth_probes
 from ._hardening_probes import hardening_checks
 from .agent import harden
@@ -107,7 +107,7 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-async def host_facts(section: Section, request: ProbeRequest) -> None:
+async def host_facts(section: Section, request: DoctorRequest) -> None:
     """bwrap, user namespaces and cgroups as the host offers them (before any sandbox runs)."""
     from ._bwrap import find_bwrap
     from ._cgroup import CgroupManager
@@ -170,9 +170,8 @@ class _Prober:
         self.section.add(name, status, detail, probe)
 
 
-async def local_probes(section: Section, request: ProbeRequest) -> None:
+async def local_probes(section: Section, request: DoctorRequest) -> None:
     """Start a sandbox on the local backend and test every claim against it."""
-    from ... import Session
     from ._registry import pid_alive
 
     home = _home()
@@ -196,7 +195,10 @@ async def local_probes(section: Section, request: ProbeRequest) -> None:
     )
     gone: list[tuple[int | None, list[str]]] = []
     try:
-        async with Session(defaults, backend="local", backend_options=dict(request.options), handle_signals=False) as s:
+        if request.open_session is None:
+            section.add("sandbox starts", FAIL, "no session to probe with (run through the doctor)", "open")
+            return
+        async with request.open_session(defaults) as s:
             p = _Prober(s, section, request.timeout_seconds)
             start = time.monotonic()
             try:
@@ -380,7 +382,7 @@ async def local_probes(section: Section, request: ProbeRequest) -> None:
                 os.unlink(secret_file)
 
 
-async def probe(section: Section, request: ProbeRequest) -> None:
+async def probe(section: Section, request: DoctorRequest) -> None:
     """The host's facts, then every claim tested against a real sandbox (see the module docstring)."""
     await host_facts(section, request)
     await local_probes(section, request)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._types import SandboxInfo, SandboxStatus
 from ._box import Box
 from ._leftover import entry_status, reap
 from ._registry import Registry, pid_alive
 from ._threads import Blocking
+
+if TYPE_CHECKING:
+    from .._shared import DestroyedIds
 
 __all__ = ["ID_RE", "Listing"]
 
@@ -31,7 +34,7 @@ class Listing:
     _blocking: Blocking
     _registry: Registry
     _boxes: dict[str, Box]
-    _destroyed: dict[str, None]
+    _destroyed: DestroyedIds
     _reaped: dict[str, SandboxInfo]
     _reaped_tags: set[tuple[str, ...]]
 

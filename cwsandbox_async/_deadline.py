@@ -1,4 +1,9 @@
-"""``call_backend``: one backend call under a deadline, and what its failures mean.
+"""``backend_call``: the deadline of one backend call, and what its failures mean.
+
+Written the way ``anyio.fail_after`` is, around the awaited call itself::
+
+    with backend_call("exec", seconds, sandbox_id=sid):
+        ex = await backend.exec(sid, request, on_output)
 
 The only translation above the backend boundary is the deadline's own: a call
 that misses it is ``SandboxTimeoutError(infrastructure=True)`` (the backend
@@ -8,7 +13,7 @@ else is the backend's to translate (``backends/base.py``): a ``SandboxError``
 passes through as raised, and any other exception is a bug in the backend. It
 propagates unchanged, logged at ERROR, and is never relabelled as
 infrastructure, so GRPO never silently drops a sample because of a ``KeyError``.
-Cancellation passes through untouched.
+Cancellation from outside passes through untouched.
 
 A cleanup call (a destroy) passes ``budget``: it then runs shielded from its
 caller's cancellation, bounded by ``min(seconds, the close deadline)``.
@@ -16,9 +21,9 @@ caller's cancellation, bounded by ``min(seconds, the close deadline)``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -29,26 +34,22 @@ from ._log import log
 if TYPE_CHECKING:
     from .backends.base import Backend
 
-__all__ = ["call_backend", "destroy"]
-
-T = TypeVar("T")
+__all__ = ["backend_call", "destroy"]
 
 
-async def call_backend(
-    what: str,
-    seconds: float,
-    fn: Callable[[], Awaitable[T]],
-    *,
-    sandbox_id: str | None = None,
-    budget: CloseBudget | None = None,
-) -> T:
-    """Await ``fn()`` for at most ``seconds`` (shielded, within ``budget``, if given); see the module docstring."""
+@contextmanager
+def backend_call(
+    what: str, seconds: float, *, sandbox_id: str | None = None, budget: CloseBudget | None = None
+) -> Iterator[anyio.CancelScope]:
+    """Run the block for at most ``seconds`` (shielded, within ``budget``, if given); see the module docstring.
+
+    Raises ``SandboxTimeoutError(infrastructure=True)`` when the deadline cut the block short."""
     scope: AbstractContextManager[anyio.CancelScope]
     scope = anyio.move_on_after(seconds) if budget is None else budget.shielded(seconds)
     start = anyio.current_time()
-    with scope:
+    with scope as cancel_scope:
         try:
-            return await fn()
+            yield cancel_scope
         except SandboxError:
             raise
         except Exception as exc:
@@ -59,6 +60,8 @@ async def call_backend(
                 error=repr(exc),
             )
             raise
+    if not cancel_scope.cancelled_caught:
+        return
     if budget is not None and budget.deadline < start + seconds:
         limit = f"{max(budget.deadline - start, 0.0):.3g} s (the close deadline)"
     else:
@@ -69,9 +72,8 @@ async def call_backend(
 async def destroy(backend: Backend, sandbox_id: str, *, seconds: float, budget: CloseBudget) -> None:
     """Destroy a sandbox as a cleanup step (shielded, within ``seconds`` and ``budget``); log and raise a failure."""
     try:
-        await call_backend(
-            "destroy", seconds, lambda: backend.destroy(sandbox_id), sandbox_id=sandbox_id, budget=budget
-        )
+        with backend_call("destroy", seconds, sandbox_id=sandbox_id, budget=budget):
+            await backend.destroy(sandbox_id)
     except SandboxError as exc:
         log.warning("sandbox destroy failed", sandbox_id=sandbox_id, error=repr(exc))
         raise
