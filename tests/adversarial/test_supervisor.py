@@ -1,0 +1,202 @@
+"""The supervisor out of the program's reach: a command cannot change PID 1, and its verdicts hold.
+
+All commands of a sandbox run as one user, and so does its PID 1; the kernel's same-owner checks
+would let any command lower PID 1's limits, renice it, pin it or make it ``SCHED_IDLE``. These
+attacks are run from inside, and PID 1's state is read from the host before and after.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+import anyio
+import pytest
+
+import cwsandbox_async as cwa
+from cwsandbox_async.integrations.trl import code_reward
+
+from .conftest import arena, requires_isolation
+
+pytestmark = requires_isolation
+
+IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+
+#: Every way a command could change PID 1 (or any process but itself); each result printed.
+ATTACKS = r"""
+import ctypes, errno, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+for res in ("RLIMIT_NOFILE", "RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_STACK"):
+    r = getattr(resource, res)
+    attempt("prlimit " + res, lambda: resource.prlimit(1, r, (1, resource.prlimit(1, r)[1])))
+attempt("renice", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19))
+attempt("renice user", lambda: os.setpriority(os.PRIO_USER, 0, 19))
+attempt("renice group", lambda: os.setpriority(os.PRIO_PGRP, 1, 19))
+attempt("pin", lambda: os.sched_setaffinity(1, {0}))
+attempt("idle", lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0)))
+attempt("batch", lambda: os.sched_setscheduler(1, os.SCHED_BATCH, os.sched_param(0)))
+attempt("param", lambda: os.sched_setparam(1, os.sched_param(0)))
+nr = {"x86_64": 251, "aarch64": 30}[os.uname().machine]
+def ioprio():
+    if libc.syscall(nr, 1, 1, 7 | (3 << 13)) != 0:  # IOPRIO_WHO_PROCESS, pid 1, idle class
+        raise OSError(ctypes.get_errno(), "ioprio_set")
+attempt("ioprio", ioprio)
+"""
+
+
+def supervisor_state(pid: int) -> dict[str, object]:
+    """What a command could have changed about PID 1, read on the host."""
+    with open(f"/proc/{pid}/limits") as f:
+        limits = f.read()
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    with open(f"/proc/{pid}/status") as f:
+        cpus = [line for line in f if line.startswith("Cpus_allowed_list")]
+    state: dict[str, object] = {
+        "limits": limits,
+        "nice": int(fields[16]),
+        "policy": int(fields[38]),
+        "cpus": cpus,
+        "affinity": sorted(os.sched_getaffinity(pid)),
+    }
+    if IOPRIO_GET is not None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        state["ioprio"] = libc.syscall(IOPRIO_GET, 1, pid)
+    return state
+
+
+@pytest.mark.parametrize("how", ["exec", "run_python"])
+async def test_no_command_can_change_the_supervisor(tag: str, how: str) -> None:
+    """Every attempt fails with EPERM, and PID 1 (seen from the host) is as it was born."""
+    async with arena(tag) as a:
+        pid = a.host_pid(a.victim)
+        before = supervisor_state(pid)
+        if how == "exec":
+            r = await a.victim.exec(["python3", "-I", "-c", ATTACKS], timeout_seconds=30)
+        else:
+            r = await a.victim.run_python(ATTACKS, timeout_seconds=30)
+        assert r.returncode == 0, r.stderr
+        results = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
+        assert results and all(v == "EPERM" for v in results.values()), results
+        assert supervisor_state(pid) == before
+        assert (await a.victim.exec(["echo", "still"], timeout_seconds=10)).stdout == "still\n"
+
+
+async def test_a_command_still_sets_its_own_limits_priority_and_cpus(tag: str) -> None:
+    own = (
+        "import os, resource\n"
+        "resource.prlimit(0, resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+        "os.nice(3)\n"
+        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getpriority(os.PRIO_PROCESS, 0),"
+        " len(os.sched_getaffinity(0)), resource.prlimit(1, resource.RLIMIT_NOFILE)[0] > 64)\n"
+    )
+    async with arena(tag) as a:
+        r = await a.victim.run_python(own, timeout_seconds=30)
+        assert (r.returncode, r.stdout) == (0, "64 3 1 True\n"), r.stderr
+
+
+async def test_a_lease_after_an_attack_gets_the_supervisor_as_born(tag: str) -> None:
+    """Pool reuse: lease A attacks PID 1, lease B of the same sandbox runs at the birth state."""
+    probe = (
+        "import os, resource\n"
+        "print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), len(os.sched_getaffinity(0)),"
+        " resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,"
+        " resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 8)\n"
+    )
+    session = cwa.Session(cwa.SandboxDefaults(tags=(tag,)), backend="local", handle_signals=False)
+    async with session as s, cwa.SandboxPool(s, size=1, max_size=1, reuse=True) as pool:
+        async with pool.lease() as sb:
+            first_id = sb.sandbox_id
+            first = (await sb.run_python(probe, timeout_seconds=30)).stdout
+            await sb.run_python(ATTACKS, timeout_seconds=30)
+        async with pool.lease() as sb:
+            assert sb.sandbox_id == first_id
+            assert (await sb.run_python(probe, timeout_seconds=30)).stdout == first
+
+
+ONE_LINER = (
+    "def solve(): return 41\n"
+    "import resource\n"
+    "resource.prlimit(1, resource.RLIMIT_NOFILE, (1, resource.prlimit(1, resource.RLIMIT_NOFILE)[1]))\n"
+    "import time; time.sleep(1)\n"
+)
+#: The other attacks on PID 1 from the issue, each with a wrong ``solve``.
+SUPERVISOR_ATTACKS = {
+    "the one-liner": ONE_LINER,
+    "PID 1's CPU limit, and sleepers for it to sample": (
+        "def solve(): return 41\n"
+        "import os, resource, threading, time\n"
+        "try:\n"
+        "    resource.prlimit(1, resource.RLIMIT_CPU, (0, 1))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "for _ in range(50):\n"
+        "    threading.Thread(target=time.sleep, args=(3,), daemon=True).start()\n"
+        "time.sleep(3)\n"
+    ),
+    "PID 1 pinned, niced, idle, beside busy loops and sleeping threads": (
+        "def solve(): return 41\n"
+        "import os, threading, time\n"
+        "for f in (lambda: os.sched_setaffinity(1, {0}), lambda: os.setpriority(os.PRIO_PROCESS, 1, 19),\n"
+        "          lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))):\n"
+        "    try:\n"
+        "        f()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for _ in range(2):\n"
+        "    if os.fork() == 0:\n"
+        "        while True: pass\n"
+        "for _ in range(200):\n"
+        "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "time.sleep(2)\n"  # then its tests run (and fail), while its busy children still run
+    ),
+}
+
+
+async def test_attacks_on_the_supervisor_score_zero_not_none() -> None:
+    """Through ``code_reward`` against ``assert solve() == 42``: 0.0 for each, never None (not scored)."""
+    reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=20, verbose=False)
+    try:
+        with anyio.fail_after(120):
+            rewards = await reward(
+                completions=[f"<answer>\n{code}</answer>" for code in SUPERVISOR_ATTACKS.values()],
+                tests=["assert solve() == 42\n"] * len(SUPERVISOR_ATTACKS),
+            )
+    finally:
+        await reward.aclose()
+    assert dict(zip(SUPERVISOR_ATTACKS, rewards, strict=True)) == dict.fromkeys(SUPERVISOR_ATTACKS, 0.0)
+
+
+#: 32 processes pinned to one CPU that all wake every 10 ms: they wait for each other, not for anyone else.
+FORGED_STARVATION = (
+    "import os, time\n"
+    "for _ in range(32):\n"
+    "    if os.fork() == 0:\n"
+    "        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+    "        while True:\n"
+    "            time.sleep(0.01 - time.monotonic() % 0.01)\n"
+    "time.sleep(30)\n"
+)
+
+
+async def test_a_program_cannot_forge_starvation_with_its_own_tasks(tag: str) -> None:
+    """Whatever the machine's load: the pinned tasks asked to wait, and the main one only sleeps.
+
+    (The same crowd unpinned is starved only when others held most of the machine's CPUs: that
+    rule is ``tests/test_verdicts.py``'s, on measured figures.)"""
+    async with arena(tag) as a:
+        with pytest.raises(cwa.SandboxTimeoutError) as info:
+            await a.victim.run_python(FORGED_STARVATION, timeout_seconds=3)
+        err = info.value
+        assert err.result is not None and err.result.timed_out
+        assert not err.infrastructure and not err.result.starved, err.result
