@@ -31,6 +31,7 @@ from ..._errors import SandboxCreationError
 from ..._types import SandboxStatus
 from ._box import Box, HostIds
 from ._cgroup import CgroupManager
+from ._evidence import Evidence
 from ._leftover import kill_uid, remove_cgroup
 from ._link import Link
 from ._registry import Registry, proc_start_time
@@ -114,6 +115,7 @@ class Births:
                 os.close(fd)
         box.link = Link(sid, box.newborn, self.blocking, self.eof_grace)
         box.channel = box.link.channel
+        box.channel.evidence = Evidence(box.cgroup.cpu_usage if box.cgroup else None)
         await box.link.open()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.blocking, self._record_pid, box)  # off the critical path

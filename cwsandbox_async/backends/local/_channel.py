@@ -42,6 +42,7 @@ from ..._errors import (
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, StreamName
 from ._calls import Chunk, ExecCall, Report
+from ._evidence import Evidence
 from ._threads import Blocking
 from .agent import protocol as p
 
@@ -61,11 +62,13 @@ class AgentProtocolError(RuntimeError):
 class _Pending:
     """A call waiting for its report: an exec (``ExecCall``) or a file operation."""
 
-    __slots__ = ("call", "done", "report")
+    __slots__ = ("call", "done", "others", "report", "start")
 
     def __init__(self, call: ExecCall | None) -> None:
         self.call = call
         self.report: Report | None = None
+        self.start: tuple[float, float] | None = None  # ``Evidence.reading`` when the order was posted
+        self.others: float | None = None  # the rest of the machine's CPU until the report (timed out only)
         self.done = anyio.Event() if call is None else call.done
 
 
@@ -93,6 +96,8 @@ class AgentChannel:
         self._writing = False
         #: Set when PID 1 broke the protocol: pending and later calls raise ``AgentProtocolError``.
         self.violation: str | None = None
+        #: Where the driver reads the host's and the sandbox's CPU (``_evidence``); set by the birth.
+        self.evidence: Evidence | None = None
 
     # -- the socket ------------------------------------------------------------------------------
     def _readable(self) -> None:
@@ -127,6 +132,8 @@ class AgentChannel:
         if pending is None:
             return  # a call that was abandoned (cancelled)
         pending.report = Report(kind, note, flags, rc, wall, cpu, wait, sandbox_cpu)
+        if flags & p.D_TIMED_OUT and pending.start is not None and self.evidence is not None:
+            pending.others = Evidence.others(pending.start, self.evidence.reading())
         if pending.call is not None:
             pending.call.on_report(pending.report)
         else:
@@ -192,6 +199,8 @@ class AgentChannel:
     def close(self) -> None:
         self.broken("the channel was closed")
         self.sock.close()
+        if self.evidence is not None:
+            self.evidence.close()
 
     @property
     def alive(self) -> bool:
@@ -276,6 +285,8 @@ class AgentChannel:
         )
         self._calls[rid] = pending = _Pending(call)
         budget = request.cpu_seconds or 0.0
+        if self.evidence is not None:
+            pending.start = self.evidence.reading()
         self.post(p.ORDER.pack(p.O_RUN, mode, flags, rid, request.timeout_seconds, budget), fds)
         try:
             if receive is not None and on_output is not None:
@@ -289,7 +300,7 @@ class AgentChannel:
             call.close()
             raise
         self._check(pending)
-        return call.result()
+        return call.result(pending.others)
 
     def _check(self, pending: _Pending) -> Report:
         """The report of a done call; raises for a broken channel or an order PID 1 could not run."""

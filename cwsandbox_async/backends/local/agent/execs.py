@@ -129,6 +129,7 @@ class Execs:
         self.config, self.settings, self.cpus, self.joins = config, settings, cpus, joins
         self.oom, self.sandbox_cpu, self.send = oom, sandbox_cpu, send
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.affinity = len(os.sched_getaffinity(0))
         self.execs: dict[int, Exec] = {}  # by request id
         self.by_pid: dict[int, Exec] = {}  # started and not reaped
         self.queue: collections.deque[Exec] = collections.deque()
@@ -262,7 +263,7 @@ class Execs:
 
     def sample(self, ex: Exec, now: float) -> None:
         if ex.sampler is None:
-            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice)
+            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice, self.affinity)
         ex.sampler.sample()
         ex.next_sample = now + self.settings.sample_interval
         if ex.budget and not ex.cpu_exceeded and ex.sampler.cpu() >= ex.budget:

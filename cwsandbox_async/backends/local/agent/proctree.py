@@ -12,7 +12,9 @@
   corrections keep a program from manufacturing "starvation":
 
   * tasks that lowered their own priority (nice above PID 1's, or a
-    ``SCHED_BATCH``/``SCHED_IDLE`` policy) are not counted: they asked to wait;
+    ``SCHED_BATCH``/``SCHED_IDLE`` policy) or narrowed the CPUs they may run on
+    (an affinity smaller than PID 1's: 32 processes pinned to one CPU wait for
+    each other) are not counted: they asked to wait;
   * the total is capped by the CPU capacity the tree left unused,
     ``cpus * wall - cpu``: a program whose own busy children queue behind each
     other while the tree keeps every CPU it may use busy was not starved by
@@ -162,12 +164,13 @@ class SandboxCpu:
 class TreeSampler:
     """Samples the tree of ``root`` (a command, a subreaper: its whole tree is below it); see the module docstring."""
 
-    __slots__ = ("cpus", "live_cpu", "nice", "root", "sampled", "wait")
+    __slots__ = ("affinity", "cpus", "live_cpu", "nice", "root", "sampled", "wait")
 
-    def __init__(self, root: int, cpus: float, nice: int) -> None:
+    def __init__(self, root: int, cpus: float, nice: int, affinity: int = 0) -> None:
         self.root = root
         self.cpus = cpus
         self.nice = nice  # PID 1's: a task above it lowered its own priority
+        self.affinity = affinity  # how many CPUs PID 1 may use: a task with fewer narrowed its own
         self.wait: dict[int, int] = {}  # tid -> run-queue wait (ns) last seen
         self.live_cpu = 0.0
         self.sampled = False
@@ -190,7 +193,7 @@ class TreeSampler:
                 tfields = fields if tid == pid else stat_fields(pid, tid)
                 if tfields is None or len(tfields) < 39:
                     continue
-                if int(tfields[16]) > self.nice or int(tfields[38]) != SCHED_OTHER:
+                if int(tfields[16]) > self.nice or int(tfields[38]) != SCHED_OTHER or self._pinned(tid):
                     self.wait.pop(tid, None)  # it asked to wait: none of its waiting counts
                     continue
                 try:
@@ -199,6 +202,14 @@ class TreeSampler:
                 except (OSError, IndexError, ValueError):
                     continue
         self.live_cpu = ticks / CLK_TCK
+
+    def _pinned(self, tid: int) -> bool:
+        if not self.affinity:
+            return False
+        try:
+            return len(os.sched_getaffinity(tid)) < self.affinity
+        except OSError:  # gone: its last figure stands
+            return False
 
     def cpu(self) -> float:
         """CPU seconds of the tree at the last sample (every process's own and reaped children's time)."""
