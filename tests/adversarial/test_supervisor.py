@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import resource
 
 import anyio
 import pytest
@@ -17,7 +18,7 @@ import pytest
 import cwsandbox_async as cwa
 from cwsandbox_async.integrations.trl import code_reward
 
-from .conftest import arena, requires_isolation
+from .conftest import arena, host_processes_matching, requires_isolation
 
 pytestmark = requires_isolation
 
@@ -200,3 +201,63 @@ async def test_a_program_cannot_forge_starvation_with_its_own_tasks(tag: str) ->
         err = info.value
         assert err.result is not None and err.result.timed_out
         assert not err.infrastructure and not err.result.starved, err.result
+
+
+async def test_a_supervisor_that_cannot_read_proc_kills_everything_at_the_timeout(tag: str) -> None:
+    """Fail closed: with PID 1 unable to open a file (its NOFILE soft limit lowered from the host, as a
+    command could before the filter), a ``setsid`` grandchild still dies at its exec's timeout."""
+    mark = str(6000 + os.getpid() % 1000)
+    script = (
+        "import os\n"
+        f"if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '{mark}'])\n"
+        f"os.execvp('sleep', ['sleep', '{mark}'])\n"
+    )
+    async with arena(tag) as a:
+        pid = a.host_pid(a.victim)
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        async with anyio.create_task_group() as tg:
+
+            async def lower_when_started() -> None:
+                with anyio.fail_after(20):
+                    while len(host_processes_matching(f"sleep {mark}".encode())) < 2:  # noqa: ASYNC110
+                        await anyio.sleep(0.02)  # (a poll of the host's process table: nothing to wait on)
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, hard))
+
+            tg.start_soon(lower_when_started)
+            with pytest.raises(cwa.SandboxTimeoutError) as info:
+                await a.victim.exec(["python3", "-I", "-c", script], timeout_seconds=3)
+        assert not info.value.infrastructure
+        try:
+            assert host_processes_matching(f"sleep {mark}".encode()) == []
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        assert (await a.victim.exec(["echo", "after"], timeout_seconds=10)).stdout == "after\n"
+
+
+@pytest.mark.parametrize("how", ["exits", "killed"])
+async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str, how: str) -> None:
+    """PID 1 giving up (exiting: here its poll fails once its NOFILE limit is below its descriptors,
+    what a command's prlimit did before the filter) is the program's failure; PID 1 killed by a signal,
+    which nothing inside can send it, is infrastructure. Every later call says the same."""
+    async with arena(tag) as a:
+        pid = a.host_pid(a.victim)
+        async with anyio.create_task_group() as tg:
+
+            async def strike() -> None:
+                await anyio.sleep(0.5)
+                if how == "exits":
+                    hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+                    resource.prlimit(pid, resource.RLIMIT_NOFILE, (1, hard))
+                else:
+                    os.kill(pid, 9)
+
+            tg.start_soon(strike)
+            with anyio.fail_after(30), pytest.raises(cwa.SandboxNotRunningError) as info:
+                await a.victim.exec(["sleep", "20"], timeout_seconds=25)
+        want = how == "killed"
+        assert info.value.infrastructure is want, info.value
+        assert ("killed by signal 9" if want else "exited with status") in str(info.value)
+        for _ in range(2):
+            with pytest.raises(cwa.SandboxNotRunningError) as later:
+                await a.victim.exec(["true"], timeout_seconds=5)
+            assert later.value.infrastructure is want, later.value

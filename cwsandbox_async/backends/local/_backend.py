@@ -316,13 +316,14 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     # -- exec and files ----------------------------------------------------------
     def _running(self, sandbox_id: str) -> Box:
         box = self._boxes.get(sandbox_id)
+        stopped = sandbox_id in self._destroyed or (box is not None and box.stopping)
+        if box is not None and not stopped and box.channel is not None and not box.channel.alive:
+            box.status = SandboxStatus.FAILED  # every later call: the same error (whose failure it was)
+            raise box.channel.dead_error()
         if box is None or box.status is not SandboxStatus.RUNNING:
-            if sandbox_id in self._destroyed or (box is not None and box.stopping):
+            if stopped:
                 raise SandboxTerminatedError(f"sandbox {sandbox_id} was stopped", sandbox_id=sandbox_id)
             raise SandboxNotRunningError(f"sandbox {sandbox_id} is not running", sandbox_id=sandbox_id)
-        if box.channel is not None and not box.channel.alive:
-            box.status = SandboxStatus.FAILED
-            raise box.channel.dead_error()
         return box
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:

@@ -11,11 +11,14 @@ Payloads of ``INLINE_BYTES`` or more are written (and a read file's bytes read) 
 
 When the channel closes or the sandbox's first process exits, every pending call fails with
 ``SandboxNotRunningError`` (``SandboxTerminatedError`` when the backend is stopping the sandbox on
-purpose), and so does every later call. That is infrastructure: a program cannot end PID 1 -- it
-ignores signals from inside its namespace, is not dumpable, seccomp denies ``ptrace`` and
-``process_vm_*``, it lives outside the commands' memory limit, and a full pids limit only fails the
-execs that need a new process (``SPAWN_FAILED``). A report that breaks the protocol is a bug of this
-library (``AgentProtocolError``), never infrastructure.
+purpose), and so does every later call. Whose failure that is, the way PID 1 ended says (``Link``):
+killed by a signal -- which nothing inside can send it -- is infrastructure; anything else (PID 1
+exited, or no evidence either way) is the program's (``infrastructure=False``): PID 1 ignores
+signals from inside, is not dumpable, cannot be traced, changed or re-limited by a command (seccomp),
+lives outside the commands' memory limit, and a full pids limit only fails the execs that need a new
+process (``SPAWN_FAILED``), so a PID 1 that still gave up did so because of what a program did.
+A report that breaks the protocol is a bug of this library (``AgentProtocolError``), never
+infrastructure.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ STDERR_TAIL = 16 * 1024
 #: Payloads this large or larger are copied into (or out of) memfds in a worker thread.
 INLINE_BYTES = 1 << 20
 _MAX_MESSAGE = 4096  # a report is 44 bytes, the hello a few hundred
+#: How long a call that found the channel broken waits to learn how PID 1 ended.
+DEATH_WAIT = 2.0
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
 
 
@@ -98,6 +103,10 @@ class AgentChannel:
         self.violation: str | None = None
         #: Where the driver reads the host's and the sandbox's CPU (``_evidence``); set by the birth.
         self.evidence: Evidence | None = None
+        #: How PID 1 ended (``exit_known``): its exit code, or the signal that killed it.
+        self.exit_code: int | None = None
+        self.exit_signal: int | None = None
+        self.ended = anyio.Event()
 
     # -- the socket ------------------------------------------------------------------------------
     def _readable(self) -> None:
@@ -192,6 +201,18 @@ class AgentChannel:
         self.broken("the sandbox process exited")
         self.exited.set()
 
+    def exit_known(self, code: int | None, signum: int | None) -> None:
+        """How the sandbox's first process ended (both None: not known), from ``Link``."""
+        self.exit_code, self.exit_signal = code, signum
+        self.ended.set()
+
+    async def _dead(self) -> SandboxNotRunningError:
+        """``dead_error`` once it is known how PID 1 ended (waited for a little: its channel closes
+        just before it is gone)."""
+        with anyio.move_on_after(DEATH_WAIT):
+            await self.ended.wait()
+        return self.dead_error()
+
     def stderr_data(self, data: bytes) -> None:
         self.stderr_tail += data
         del self.stderr_tail[:-STDERR_TAIL]
@@ -211,8 +232,16 @@ class AgentChannel:
             return SandboxTerminatedError(f"sandbox {self.sandbox_id} was stopped", sandbox_id=self.sandbox_id)
         tail = bytes(self.stderr_tail).decode("utf-8", "replace").strip()
         detail = f"; its last error output: {tail[-2000:]}" if tail else ""
+        if self.exit_signal is not None:
+            how = f"; its PID 1 was killed by signal {self.exit_signal} from outside the sandbox"
+        elif self.exit_code is not None:
+            how = f"; its PID 1 exited with status {self.exit_code} (its programs' doing)"
+        else:
+            how = ""
         return SandboxNotRunningError(
-            f"sandbox {self.sandbox_id} is not running: {self.closed_reason}{detail}", sandbox_id=self.sandbox_id
+            f"sandbox {self.sandbox_id} is not running: {self.closed_reason}{how}{detail}",
+            sandbox_id=self.sandbox_id,
+            infrastructure=self.exit_signal is not None,
         )
 
     # -- calls -----------------------------------------------------------------------------------
@@ -299,6 +328,8 @@ class AgentChannel:
                 self._kill(rid)
             call.close()
             raise
+        if pending.report is None and self.violation is None:
+            raise await self._dead()
         self._check(pending)
         return call.result(pending.others)
 
@@ -341,6 +372,8 @@ class AgentChannel:
                 if self._calls.pop(rid, None) is not None:
                     self._kill(rid)
                 raise
+            if pending.report is None and self.violation is None:
+                raise await self._dead()
             r = self._check(pending)
             size = os.fstat(result).st_size
             out = await self.blocking(_pread_all, result, size) if size >= INLINE_BYTES else _pread_all(result, size)

@@ -158,7 +158,7 @@ class Execs:
             return
         if ex.pid and ex.status is None:
             ex.killed = True
-            proctree.kill_tree(ex.pid)
+            self.kill_tree(ex.pid)
         elif ex in self.queue:
             self.queue.remove(ex)
             self.drop(ex, R_DONE, protocol.N_NONE, -signal.SIGKILL)
@@ -188,7 +188,7 @@ class Execs:
                 busy = True
                 other.note = other.note or protocol.N_EXCLUSIVE
                 other.killed = True
-                proctree.kill_tree(other.pid)
+                self.kill_tree(other.pid)
         if not self.kill_leftovers() and not busy:
             ex.clear_until = None
             return True
@@ -253,7 +253,7 @@ class Execs:
             if not ex.timed_out and now >= ex.deadline:
                 self.sample(ex, now)  # the tree as it was at the deadline
                 ex.timed_out = True
-                proctree.kill_tree(ex.pid)
+                self.kill_tree(ex.pid)
             elif now >= ex.next_sample:
                 self.sample(ex, now)
         for ex in [e for e in self.ending if now >= e.leftover_deadline]:
@@ -268,7 +268,7 @@ class Execs:
         ex.next_sample = now + self.settings.sample_interval
         if ex.budget and not ex.cpu_exceeded and ex.sampler.cpu() >= ex.budget:
             ex.cpu_exceeded = True
-            proctree.kill_tree(ex.pid)
+            self.kill_tree(ex.pid)
 
     # -- ending --------------------------------------------------------------------------------
     def reap(self) -> None:
@@ -323,16 +323,36 @@ class Execs:
         if self.queue:
             self.schedule()
 
+    def kill_tree(self, root: int) -> None:
+        """``proctree.kill_tree``, failing closed: when ``/proc`` cannot be read, kill everything."""
+        try:
+            proctree.kill_tree(root)
+        except proctree.Unreadable:
+            self.fail_closed()
+
+    def fail_closed(self) -> None:
+        """PID 1 cannot see the processes it must kill: every process of the sandbox dies (and each
+        exec that was running is marked as killed by the sandbox)."""
+        if proctree.kill_everything():
+            for ex in self.by_pid.values():
+                if not ex.is_file:
+                    ex.killed = True
+
     def kill_leftovers(self) -> int:
         """Kill every child that is no exec's command (and everything below it); how many there were."""
         owner = self.ending[0] if self.ending else None
         left = 0
-        for pid in proctree.own_children():
+        try:
+            children = proctree.own_children()
+        except proctree.Unreadable:
+            self.fail_closed()  # leftovers unknown: none is left once this returns
+            return 0
+        for pid in children:
             if pid not in self.by_pid:
                 left += 1
                 if owner is not None:
                     self.orphans.setdefault(pid, owner)
-                proctree.kill_tree(pid)
+                self.kill_tree(pid)
         return left
 
     def finish(self, ex: Exec) -> None:
@@ -383,5 +403,5 @@ class Execs:
     def kill_all(self) -> None:
         """Every exec's tree and every leftover (PID 1 is going away)."""
         for ex in list(self.by_pid.values()):
-            proctree.kill_tree(ex.pid)
+            self.kill_tree(ex.pid)
         self.kill_leftovers()
