@@ -261,3 +261,33 @@ async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str,
             with pytest.raises(cwa.SandboxNotRunningError) as later:
                 await a.victim.exec(["true"], timeout_seconds=5)
             assert later.value.infrastructure is want, later.value
+
+
+#: Twenty children burning 0.1 s each, one after another, reaped by the kernel (SIGCHLD ignored): no
+#: rusage anywhere, and never more than 0.1 s of CPU alive at a sample.
+UNREAPED = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+    "for _ in range(20):\n"
+    "    if os.fork() == 0:\n"
+    "        end = time.process_time() + 0.1\n"
+    "        while time.process_time() < end:\n"
+    "            pass\n"
+    "        os._exit(0)\n"
+    "    try:\n"
+    "        os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        pass\n"
+    "time.sleep(0.5)\n"
+)
+
+
+@pytest.mark.parametrize("where", ["request", "resources"])
+async def test_a_cpu_budget_counts_children_nobody_reaped(tag: str, where: str) -> None:
+    """``cpu_seconds=1`` against 2 s of CPU in kernel-reaped children: exceeded, and counted (also as
+    ``Resources.cpu_seconds``, whose RLIMIT_CPU per process never binds here)."""
+    defaults = {"resources": cwa.Resources(cpu_seconds=1)} if where == "resources" else {}
+    async with arena(tag, **defaults) as a:
+        options = {"cpu_seconds": 1.0} if where == "request" else {}
+        r = await a.victim.run_python(UNREAPED, timeout_seconds=60, **options)
+        assert r.cpu_exceeded and r.cpu_seconds >= 1.0, r

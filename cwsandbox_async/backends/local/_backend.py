@@ -24,7 +24,9 @@ pids               the sandbox's pids cgroup, ``pids.max`` = pids + 4 (PID 1 and
                    driver is root, see ``host_uid``)
 cpu                the cgroup's CPU quota (no fallback); every sandbox has its own CPU
                    cgroup anyway, so sandboxes share the CPU by weight (``cpu_weight``)
-cpu_seconds        RLIMIT_CPU of every process of an exec
+cpu_seconds        a CPU budget per exec, for every process it made (the sandbox cgroup's
+                   usage, PID 1's own subtracted; see ``agent.execs``), as ``ExecRequest.cpu_seconds``
+                   when the request has none; and RLIMIT_CPU of every process
 file_size_mib      RLIMIT_FSIZE of every process of an exec; ``write_file`` checks it
 tmp_mib            size of the /tmp tmpfs
 workspace_mib      size of the working directory's tmpfs

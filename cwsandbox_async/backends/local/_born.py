@@ -116,6 +116,7 @@ class Births:
         box.link = Link(sid, box.newborn, self.blocking, self.eof_grace)
         box.channel = box.link.channel
         box.channel.evidence = Evidence(box.cgroup.cpu_usage if box.cgroup else None)
+        box.channel.default_budget = float(box.spec.defaults.resources.cpu_seconds or 0)
         await box.link.open()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.blocking, self._record_pid, box)  # off the critical path

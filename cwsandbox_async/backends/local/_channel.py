@@ -103,6 +103,8 @@ class AgentChannel:
         self.violation: str | None = None
         #: Where the driver reads the host's and the sandbox's CPU (``_evidence``); set by the birth.
         self.evidence: Evidence | None = None
+        #: An exec's CPU budget when its request has none: ``Resources.cpu_seconds`` (set by the birth).
+        self.default_budget = 0.0
         #: How PID 1 ended (``exit_known``): its exit code, or the signal that killed it.
         self.exit_code: int | None = None
         self.exit_signal: int | None = None
@@ -313,7 +315,7 @@ class AgentChannel:
             request.max_output_bytes, (readers[0], readers[1]), lambda: self._kill(rid), self.eof_grace, send
         )
         self._calls[rid] = pending = _Pending(call)
-        budget = request.cpu_seconds or 0.0
+        budget = request.cpu_seconds or self.default_budget
         if self.evidence is not None:
             pending.start = self.evidence.reading()
         self.post(p.ORDER.pack(p.O_RUN, mode, flags, rid, request.timeout_seconds, budget), fds)

@@ -12,7 +12,11 @@ operations are execs of a helper that starts nothing: no sampling, no leftovers,
 How its facts are decided:
 
 - **timed out**: PID 1 killed it at its deadline, or it ended past it (checked where it ends);
-- **CPU budget exceeded** likewise, from the samples, or from the exact CPU time at the end;
+- **CPU budget exceeded** likewise, from the samples, or from the CPU time at the end. An exec's
+  CPU time is the larger of its tree's (sampled, then ``wait4`` of the command and its leftovers)
+  and, while no other exec ran beside it, the sandbox cgroup's usage over its life minus PID 1's
+  own: that counts every process the exec made, reaped or not (children of a command that set
+  ``SIGCHLD`` to ``SIG_IGN`` are reaped by the kernel and leave no rusage anywhere);
 - **OOM-killed**: the commands' cgroup counted an OOM kill while it ran, and either the command
   itself died of a SIGKILL PID 1 did not send, or no other exec ran at any moment of its life
   (then the victim was one of its processes: the OOM killer prefers the processes with the highest
@@ -68,6 +72,7 @@ class Exec:
         "note",
         "oom_before",
         "overlapped",
+        "own_cpu",
         "pid",
         "rid",
         "sampler",
@@ -93,6 +98,7 @@ class Exec:
         self.oom_before = 0
         self.sampler: proctree.TreeSampler | None = None
         self.sandbox_cpu: float | None = None  # the sandbox's CPU at (about) its start
+        self.own_cpu = 0.0  # PID 1's own CPU then
         self.sandbox_cpu_at: float | None = None  # when that reading is due or was taken
         self.clear_until: float | None = None  # exclusive: give up clearing the sandbox then
 
@@ -231,6 +237,17 @@ class Execs:
     def read_sandbox_cpu(self, ex: Exec, now: float) -> None:
         value = self.sandbox_cpu.read()
         ex.sandbox_cpu, ex.sandbox_cpu_at = value, (now if value is not None else None)
+        ex.own_cpu = _own_cpu()
+
+    def cgroup_cpu(self, ex: Exec) -> float | None:
+        """The exec's CPU from the sandbox's cgroup (module docstring); None when another exec ran
+        beside it or there is no exact figure."""
+        if ex.overlapped or not self.sandbox_cpu.exact or ex.sandbox_cpu is None:
+            return None
+        now = self.sandbox_cpu.read()
+        if now is None:
+            return None
+        return max(0.0, now - ex.sandbox_cpu - (_own_cpu() - ex.own_cpu))
 
     # -- time ----------------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
@@ -266,9 +283,13 @@ class Execs:
             ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice, self.affinity)
         ex.sampler.sample()
         ex.next_sample = now + self.settings.sample_interval
-        if ex.budget and not ex.cpu_exceeded and ex.sampler.cpu() >= ex.budget:
-            ex.cpu_exceeded = True
-            self.kill_tree(ex.pid)
+        if ex.budget and not ex.cpu_exceeded:
+            used = ex.sampler.cpu()
+            if used < ex.budget:
+                used = max(used, self.cgroup_cpu(ex) or 0.0)
+            if used >= ex.budget:
+                ex.cpu_exceeded = True
+                self.kill_tree(ex.pid)
 
     # -- ending --------------------------------------------------------------------------------
     def reap(self) -> None:
@@ -362,6 +383,8 @@ class Execs:
         assert ex.status is not None
         rc = os.waitstatus_to_exitcode(ex.status)
         wall = ex.end - ex.start
+        if not ex.is_file:
+            ex.cpu = max(ex.cpu, self.cgroup_cpu(ex) or 0.0)
         flags = 0
         if ex.timed_out or (ex.timeout and wall >= ex.timeout):
             flags |= protocol.D_TIMED_OUT
@@ -405,3 +428,9 @@ class Execs:
         for ex in list(self.by_pid.values()):
             self.kill_tree(ex.pid)
         self.kill_leftovers()
+
+
+def _own_cpu() -> float:
+    """PID 1's own CPU time (not its children's)."""
+    t = os.times()
+    return t.user + t.system
