@@ -291,3 +291,34 @@ async def test_a_cpu_budget_counts_children_nobody_reaped(tag: str, where: str) 
         options = {"cpu_seconds": 1.0} if where == "request" else {}
         r = await a.victim.run_python(UNREAPED, timeout_seconds=60, **options)
         assert r.cpu_exceeded and r.cpu_seconds >= 1.0, r
+
+
+def can_set_oom_floors() -> bool:
+    """Whether this process has CAP_SYS_RESOURCE (24), which the kernel's OOM score floor needs."""
+    with open("/proc/self/status") as f:
+        eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    return bool(eff >> 24 & 1)
+
+
+@pytest.mark.skipif(not can_set_oom_floors(), reason="needs a driver with CAP_SYS_RESOURCE (SECURITY.md)")
+async def test_no_command_can_lower_its_oom_score(tag: str) -> None:
+    """A host out of memory must pick sandboxes first: a command cannot lower its score, nor PID 1's."""
+    lower = (
+        "import errno\n"
+        "for path in ('/proc/self/oom_score_adj', '/proc/1/oom_score_adj'):\n"
+        "    try:\n"
+        "        with open(path, 'w') as f:\n"
+        "            f.write('0')\n"
+        "        print(path, 'lowered')\n"
+        "    except OSError as e:\n"
+        "        print(path, errno.errorcode[e.errno])\n"
+        "print(open('/proc/self/oom_score_adj').read().strip())\n"
+    )
+    async with arena(tag) as a:
+        for run in (a.victim.run_python, lambda src, **kw: a.victim.exec(["python3", "-I", "-c", src], **kw)):
+            r = await run(lower, timeout_seconds=30)
+            lines = r.stdout.splitlines()
+            assert r.returncode == 0 and lines[-1] == "1000", r
+            assert not any(line.endswith("lowered") for line in lines), r
+        with open(f"/proc/{a.host_pid(a.victim)}/oom_score_adj") as f:
+            assert f.read().strip() == "1000"
