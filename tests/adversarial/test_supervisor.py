@@ -322,3 +322,51 @@ async def test_no_command_can_lower_its_oom_score(tag: str) -> None:
             assert not any(line.endswith("lowered") for line in lines), r
         with open(f"/proc/{a.host_pid(a.victim)}/oom_score_adj") as f:
             assert f.read().strip() == "1000"
+
+
+HOG_INOTIFY = (
+    "import ctypes, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "held = []\n"
+    "while len(held) < 1000:\n"
+    "    fd = libc.inotify_init1(0)\n"
+    "    if fd < 0:\n"
+    "        break\n"
+    "    held.append(fd)\n"
+    "print(len(held), flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+def inotify_instances(n: int) -> int:
+    """How many of ``n`` inotify instances this process could create (all closed again)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fds = []
+    try:
+        for _ in range(n):
+            fd = libc.inotify_init1(0)
+            if fd < 0:
+                break
+            fds.append(fd)
+        return len(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+async def test_a_sandbox_cannot_exhaust_the_drivers_or_a_neighbours_per_user_limits(tag: str) -> None:
+    """Inotify instances are counted per user at every level of nested user namespaces: a sandbox
+    holding all it may still leaves the driver and the canary sandbox theirs."""
+    async with arena(tag) as a:
+        async with a.victim.process(["python3", "-I", "-c", HOG_INOTIFY], timeout_seconds=60) as hog:
+            async for chunk in hog.stdout:
+                held = int(chunk)
+                break
+            assert 0 < held <= 16
+            assert inotify_instances(8) == 8  # the driver's own
+            r = await a.canary.exec(["python3", "-I", "-c", HOG_INOTIFY.replace("time.sleep(30)", "")])
+            assert int(r.stdout) == held  # the neighbour gets a full share of its own
+            mq = await a.victim.exec(
+                ["python3", "-I", "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_MSGQUEUE))"]
+            )
+            assert mq.stdout.split() == [str(64 << 10)] * 2
