@@ -320,8 +320,7 @@ async def test_no_command_can_lower_its_oom_score(tag: str) -> None:
             lines = r.stdout.splitlines()
             assert r.returncode == 0 and lines[-1] == "1000", r
             assert not any(line.endswith("lowered") for line in lines), r
-        with open(f"/proc/{a.host_pid(a.victim)}/oom_score_adj") as f:
-            assert f.read().strip() == "1000"
+        assert (await anyio.Path(f"/proc/{a.host_pid(a.victim)}/oom_score_adj").read_text()).strip() == "1000"
 
 
 HOG_INOTIFY = (
@@ -357,16 +356,18 @@ def inotify_instances(n: int) -> int:
 async def test_a_sandbox_cannot_exhaust_the_drivers_or_a_neighbours_per_user_limits(tag: str) -> None:
     """Inotify instances are counted per user at every level of nested user namespaces: a sandbox
     holding all it may still leaves the driver and the canary sandbox theirs."""
-    async with arena(tag) as a:
-        async with a.victim.process(["python3", "-I", "-c", HOG_INOTIFY], timeout_seconds=60) as hog:
-            async for chunk in hog.stdout:
-                held = int(chunk)
-                break
-            assert 0 < held <= 16
-            assert inotify_instances(8) == 8  # the driver's own
-            r = await a.canary.exec(["python3", "-I", "-c", HOG_INOTIFY.replace("time.sleep(30)", "")])
-            assert int(r.stdout) == held  # the neighbour gets a full share of its own
-            mq = await a.victim.exec(
-                ["python3", "-I", "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_MSGQUEUE))"]
-            )
-            assert mq.stdout.split() == [str(64 << 10)] * 2
+    async with (
+        arena(tag) as a,
+        a.victim.process(["python3", "-I", "-c", HOG_INOTIFY], timeout_seconds=60) as hog,
+    ):
+        async for chunk in hog.stdout:
+            held = int(chunk)
+            break
+        assert 0 < held <= 16
+        assert inotify_instances(8) == 8  # the driver's own
+        r = await a.canary.exec(["python3", "-I", "-c", HOG_INOTIFY.replace("time.sleep(30)", "")])
+        assert int(r.stdout) == held  # the neighbour gets a full share of its own
+        mq = await a.victim.exec(
+            ["python3", "-I", "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_MSGQUEUE))"]
+        )
+        assert mq.stdout.split() == [str(64 << 10)] * 2
