@@ -371,3 +371,21 @@ async def test_a_sandbox_cannot_exhaust_the_drivers_or_a_neighbours_per_user_lim
             ["python3", "-I", "-c", "import resource; print(*resource.getrlimit(resource.RLIMIT_MSGQUEUE))"]
         )
         assert mq.stdout.split() == [str(64 << 10)] * 2
+
+
+async def test_a_module_planted_in_the_working_directory_is_not_imported_by_run_python(tag: str) -> None:
+    """An earlier tool call plants ``/workspace/json.py`` (and ``colorsys.py``: ``json`` is already
+    loaded in the warm interpreter); a later program's import gets the standard library's, and so do
+    the Pythons it starts, unless the caller asks for the working directory (``PYTHONSAFEPATH=""``)."""
+    async with arena(tag) as a:
+        for name in ("json", "colorsys"):
+            await a.victim.write_file(f"/workspace/{name}.py", b"print('planted')\n")
+        r = await a.victim.run_python("import colorsys, json\nprint(json.dumps([1]))", timeout_seconds=30)
+        assert (r.returncode, r.stdout) == (0, "[1]\n"), r
+        r = await a.victim.run_python(
+            "import subprocess\nsubprocess.run(['python3', '-c', 'import json; print(json.dumps(2))'])",
+            timeout_seconds=30,
+        )
+        assert r.stdout == "2\n", r
+        asked = await a.victim.run_python("import colorsys", timeout_seconds=30, env={"PYTHONSAFEPATH": ""})
+        assert asked.stdout == "planted\n", asked

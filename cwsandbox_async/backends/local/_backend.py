@@ -40,6 +40,7 @@ It needs the asyncio event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
@@ -78,6 +79,9 @@ from ._registry import Registry, proc_start_time
 from ._setup import Setup
 from ._template import MARKER, Template
 from ._threads import Blocking
+
+#: What every ``run_python`` program's environment starts from (the sandbox's and the request's win).
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
@@ -338,11 +342,17 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     async def run_python(
         self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
     ) -> ExecExit:
-        """Run ``source`` in a fork of the sandbox's PID 1, a clean warm interpreter (see ``Sandbox.run_python``)."""
+        """Run ``source`` in a fork of the sandbox's PID 1, a clean warm interpreter (see ``Sandbox.run_python``).
+
+        As ``python3 -c`` with ``PYTHONSAFEPATH=1`` (the working directory is not on ``sys.path``, nor
+        for the Pythons it starts) unless the request's ``env`` sets ``PYTHONSAFEPATH`` (``""``: on)."""
         box = self._running(sandbox_id)
         if box.channel is None:
+            request = dataclasses.replace(request, env={**SAFE_PATH_ENV, **request.env})
             return await super().run_python(sandbox_id, source, request, on_output)
-        env = {**box.env, **request.env}
+        # The working directory is not importable unless the caller asks (PYTHONSAFEPATH="" in env):
+        # a json.py planted there by an earlier command would otherwise run at "import json".
+        env = {**SAFE_PATH_ENV, **box.env, **request.env}
         return await box.channel.exec(request, env, box.map_path(request.cwd), source, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
