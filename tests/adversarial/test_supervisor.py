@@ -178,6 +178,20 @@ async def test_attacks_on_the_supervisor_score_zero_not_none() -> None:
     assert dict(zip(SUPERVISOR_ATTACKS, rewards, strict=True)) == dict.fromkeys(SUPERVISOR_ATTACKS, 0.0)
 
 
+async def test_forged_starvation_scores_zero_not_none() -> None:
+    """The issue's forge (32 pinned processes waking every 10 ms) times out: 0.0, never None, at any load."""
+    reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=3, verbose=False)
+    try:
+        with anyio.fail_after(60):
+            rewards = await reward(
+                completions=[f"<answer>\ndef solve(): return 41\n{FORGED_STARVATION}</answer>"],
+                tests=["assert solve() == 42\n"],
+            )
+    finally:
+        await reward.aclose()
+    assert rewards == [0.0]
+
+
 #: 32 processes pinned to one CPU that all wake every 10 ms: they wait for each other, not for anyone else.
 FORGED_STARVATION = (
     "import os, time\n"

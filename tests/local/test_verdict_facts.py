@@ -194,9 +194,9 @@ async def test_others_cpu_is_what_the_rest_of_the_machine_used_not_the_sandbox(b
             hog.kill()
             await hog.wait()
         assert r.timed_out and r.others_cpu_seconds is not None, r
-        # at least the hog's user time over the exec (ticks: 10 ms per CPU either side)
+        # at least the hog's CPU time over the exec (ticks: 10 ms per CPU either side)
         assert r.others_cpu_seconds >= hog_cpu - 0.1, (hog_cpu, r)
-        # and no more than the machine could do beside what the sandbox's own user time took
+        # and no more than the machine could do beside what the sandbox itself used
         cpus = len(os.sched_getaffinity(0))
         assert r.others_cpu_seconds <= cpus * r.wall_seconds + 0.5 - 0.5 * r.cpu_seconds, r
         quick = await box.sh("true")
