@@ -108,6 +108,19 @@ async def test_seccomp_denies_the_documented_calls_and_nothing_ordinary(tag: str
         assert not wrong, f"not denied with EPERM: {wrong}"
 
 
+@pytest.mark.skipif(MACHINE != "x86_64", reason="modify_ldt exists on x86 only")
+async def test_modify_ldt_is_refused(tag: str) -> None:
+    """Docker's profile blocks it too: the LDT is kernel attack surface no program needs."""
+    probe = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(16)\n"
+        "rc = libc.syscall(154, 0, buf, 16)\nprint(rc, ctypes.get_errno())\n"  # read the LDT
+    )
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        r = await sb.exec(["python3", "-I", "-c", probe], timeout_seconds=30)
+        assert r.stdout.split() == ["-1", str(errno.EPERM)], r
+
+
 SOCKETS = """
 import errno, json, socket
 out = {}
