@@ -192,6 +192,10 @@ class ExecExit:
     - ``sandbox_cpu_seconds``: CPU time of everything in the sandbox during the
       command (its cgroup's usage), so CPU burnt by processes outside the
       command's tree (daemons it left, other execs) counts; ``None`` when unknown.
+    - ``others_cpu_seconds``: CPU time everything outside the sandbox used on the
+      machine during the command, measured outside the sandbox (the local backend:
+      the host's busy time minus the sandbox cgroup's); ``None`` when unknown. A
+      timeout is starved only with this evidence that others held the CPUs.
     """
 
     returncode: int
@@ -205,6 +209,7 @@ class ExecExit:
     cpu_exceeded: bool = False
     cpu_wait_seconds: float | None = None
     sandbox_cpu_seconds: float | None = None
+    others_cpu_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

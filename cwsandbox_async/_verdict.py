@@ -13,30 +13,51 @@ and raises ``timeout_error`` for a timed-out one. The rule (docs/outcomes.md):
   ``starved_wait_share`` of the wall time) **and** the command's process tree and
   everything else in its sandbox (``sandbox_cpu_seconds``) got less than
   ``starved_cpu_share`` of the CPU the sandbox was entitled to
-  (``min(1, resources.cpu)`` cores). A program that sleeps has no run-queue wait;
-  one whose own processes (children, daemons it left, other execs in its sandbox)
-  compete with it uses its share; a backend that cannot measure both the wait and
-  the sandbox's CPU never reports starvation (no evidence: the program's timeout).
-  Both thresholds are ``SandboxDefaults`` settings.
+  (``min(1, resources.cpu)`` cores) **and** something outside the sandbox held the
+  machine's CPUs: ``others_cpu_seconds``, measured outside the sandbox, is at least
+  ``OTHERS_SHARE`` of the capacity the sandbox left unused (``cpus * wall`` minus
+  what it used, ``cpus`` the CPUs this process may run on). The first two are the
+  program's own facts and a program can shape them (32 of its processes pinned to
+  one CPU, waking together, wait for each other while using little); the third it
+  cannot: its own tasks are in its cgroup and are subtracted. A program that
+  sleeps has no run-queue wait; one whose own processes compete with it uses its
+  share or leaves the machine idle; a backend that cannot measure all three never
+  reports starvation (no evidence: the program's timeout). The first two
+  thresholds are ``SandboxDefaults`` settings.
 """
 
 from __future__ import annotations
 
+import os
+
 from ._errors import SandboxTimeoutError
 from ._types import ExecExit, ExecRequest, ExecResult, SandboxDefaults
 
-__all__ = ["exec_result", "is_starved", "timeout_error"]
+__all__ = ["OTHERS_SHARE", "exec_result", "is_starved", "timeout_error"]
+
+#: The share of the capacity a starved sandbox left unused that others must have used.
+OTHERS_SHARE = 0.75
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def is_starved(ex: ExecExit, defaults: SandboxDefaults) -> bool:
     """Whether a timed-out exec was starved of CPU by others (see the module docstring)."""
     wait, sandbox_cpu, wall = ex.cpu_wait_seconds, ex.sandbox_cpu_seconds, ex.wall_seconds
-    if not ex.timed_out or wait is None or sandbox_cpu is None or wall <= 0:
+    others = ex.others_cpu_seconds
+    if not ex.timed_out or wait is None or sandbox_cpu is None or others is None or wall <= 0:
         return False
     cores = defaults.resources.cpu
     entitled = 1.0 if cores is None else min(1.0, cores)
     used = max(ex.cpu_seconds, sandbox_cpu)
-    return used < defaults.starved_cpu_share * entitled * wall and wait >= defaults.starved_wait_share * wall
+    if used >= defaults.starved_cpu_share * entitled * wall or wait < defaults.starved_wait_share * wall:
+        return False
+    return others >= OTHERS_SHARE * max(0.0, _cpus() * wall - used)
 
 
 def exec_result(req: ExecRequest, ex: ExecExit, sandbox_id: str, defaults: SandboxDefaults) -> ExecResult:

@@ -9,6 +9,7 @@ and wait times); the rule that turns them into a verdict is the Sandbox layer's
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import anyio
@@ -21,11 +22,18 @@ from cwsandbox_async.integrations.art import run_tool
 from cwsandbox_async.integrations.trl import code_reward
 from cwsandbox_async.testing import ExecExit, FakeBackend, Faults
 
+CPUS = len(os.sched_getaffinity(0))
 
-def timed_out(cpu: float, wait: float | None, sandbox_cpu: Any = ..., wall: float = 2.0) -> ExecExit:
-    """A timed-out exit; the sandbox's CPU is the command's own unless given (``None``: not measured)."""
+
+def timed_out(cpu: float, wait: float | None, sandbox_cpu: Any = ..., wall: float = 2.0, others: Any = ...) -> ExecExit:
+    """A timed-out exit; the sandbox's CPU is the command's own unless given (``None``: not measured);
+    the rest of the machine kept every CPU busy unless ``others`` says otherwise."""
     sandbox = cpu if sandbox_cpu is ... else sandbox_cpu
-    return ExecExit(-9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=sandbox)
+    rest = CPUS * wall - cpu if others is ... else others
+    return ExecExit(
+        -9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=sandbox,
+        others_cpu_seconds=rest,
+    )  # fmt: skip
 
 
 DEFAULTS = SandboxDefaults()
@@ -42,6 +50,9 @@ DEFAULTS = SandboxDefaults()
         ("its own busy children: the tree used the CPU", timed_out(cpu=1.9, wait=5.0), False),
         ("daemons it left burn the sandbox's CPU", timed_out(cpu=0.1, wait=1.8, sandbox_cpu=1.9), False),
         ("little wait: blocked on something else", timed_out(cpu=0.1, wait=0.2), False),
+        ("its own tasks waited for each other on an idle machine", timed_out(cpu=0.1, wait=1.8, others=0.05), False),
+        ("others used half of what it left: not starved", timed_out(cpu=0.1, wait=1.8, others=CPUS - 0.05), False),
+        ("others not measured: never starved", timed_out(cpu=0.1, wait=1.8, others=None), False),
         ("it did not time out", ExecExit(1, b"", b"", 2.0, 0.1, cpu_wait_seconds=1.8, sandbox_cpu_seconds=0.1), False),
     ],
 )

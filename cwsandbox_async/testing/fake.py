@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import shlex
 import time
@@ -261,6 +262,7 @@ class FakeBackend(Backend):
                 cpu_exceeded=facts.cpu_exceeded,
                 cpu_wait_seconds=facts.cpu_wait_seconds,
                 sandbox_cpu_seconds=facts.sandbox_cpu_seconds,
+                others_cpu_seconds=facts.others_cpu_seconds,
             )
         budget = req.cpu_seconds
         if budget is not None and ex.cpu_seconds > budget and not ex.timed_out:
@@ -280,7 +282,18 @@ class FakeBackend(Backend):
         wall = time.monotonic() - start
         cpu = STARVED_CPU_SHARE * wall
         wait = STARVED_WAIT_SHARE * wall
-        return ExecExit(-9, b"", b"", wall, cpu, timed_out=True, cpu_wait_seconds=wait, sandbox_cpu_seconds=cpu)
+        others = (os.cpu_count() or 1) * wall  # the rest of the machine kept every CPU busy
+        return ExecExit(
+            -9,
+            b"",
+            b"",
+            wall,
+            cpu,
+            timed_out=True,
+            cpu_wait_seconds=wait,
+            sandbox_cpu_seconds=cpu,
+            others_cpu_seconds=others,
+        )
 
     async def _interpret(self, req: ExecRequest, sb: _FakeSandbox) -> tuple[int, bytes, bytes] | ExecExit:
         if self.exec_handler is not None:

@@ -53,7 +53,9 @@ async def inside(sb: cwa.Sandbox, needle: str) -> bool:
 @pytest.mark.parametrize("how", ["exec-loop", "python-loop", "sleep"])
 async def test_loops_and_sleeps_end_at_their_timeout(tag: str, how: str) -> None:
     mark = marker()
-    async with arena(tag) as a:
+    # (on a machine that others really overload, a busy loop's timeout is "starved" by the rule of
+    # docs/outcomes.md; this test is about the timeout itself, so that classification is off here)
+    async with arena(tag, starved_cpu_share=0.0) as a:
         loop = "print('go', flush=True)\nwhile True: pass"
         if how == "exec-loop":
             call = a.victim.exec(["python3", "-c", loop], timeout_seconds=1)

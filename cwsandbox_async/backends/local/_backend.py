@@ -24,7 +24,9 @@ pids               the sandbox's pids cgroup, ``pids.max`` = pids + 4 (PID 1 and
                    driver is root, see ``host_uid``)
 cpu                the cgroup's CPU quota (no fallback); every sandbox has its own CPU
                    cgroup anyway, so sandboxes share the CPU by weight (``cpu_weight``)
-cpu_seconds        RLIMIT_CPU of every process of an exec
+cpu_seconds        a CPU budget per exec, for every process it made (the sandbox cgroup's
+                   usage, PID 1's own subtracted; see ``agent.execs``), as ``ExecRequest.cpu_seconds``
+                   when the request has none; and RLIMIT_CPU of every process
 file_size_mib      RLIMIT_FSIZE of every process of an exec; ``write_file`` checks it
 tmp_mib            size of the /tmp tmpfs
 workspace_mib      size of the working directory's tmpfs
@@ -38,6 +40,7 @@ It needs the asyncio event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
@@ -77,6 +80,9 @@ from ._registry import Registry, proc_start_time
 from ._setup import Setup
 from ._template import MARKER, Template
 from ._threads import Blocking
+
+#: What every ``run_python`` program's environment starts from (the sandbox's and the request's win).
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
@@ -316,13 +322,14 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     # -- exec and files ----------------------------------------------------------
     def _running(self, sandbox_id: str) -> Box:
         box = self._boxes.get(sandbox_id)
+        stopped = sandbox_id in self._destroyed or (box is not None and box.stopping)
+        if box is not None and not stopped and box.channel is not None and not box.channel.alive:
+            box.status = SandboxStatus.FAILED  # every later call: the same error (whose failure it was)
+            raise box.channel.dead_error()
         if box is None or box.status is not SandboxStatus.RUNNING:
-            if sandbox_id in self._destroyed or (box is not None and box.stopping):
+            if stopped:
                 raise SandboxTerminatedError(f"sandbox {sandbox_id} was stopped", sandbox_id=sandbox_id)
             raise SandboxNotRunningError(f"sandbox {sandbox_id} is not running", sandbox_id=sandbox_id)
-        if box.channel is not None and not box.channel.alive:
-            box.status = SandboxStatus.FAILED
-            raise box.channel.dead_error()
         return box
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
@@ -335,11 +342,17 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     async def run_python(
         self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
     ) -> ExecExit:
-        """Run ``source`` in a fork of the sandbox's PID 1, a clean warm interpreter (see ``Sandbox.run_python``)."""
+        """Run ``source`` in a fork of the sandbox's PID 1, a clean warm interpreter (see ``Sandbox.run_python``).
+
+        As ``python3 -c`` with ``PYTHONSAFEPATH=1`` (the working directory is not on ``sys.path``, nor
+        for the Pythons it starts) unless the request's ``env`` sets ``PYTHONSAFEPATH`` (``""``: on)."""
         box = self._running(sandbox_id)
         if box.channel is None:
+            request = dataclasses.replace(request, env={**SAFE_PATH_ENV, **request.env})
             return await super().run_python(sandbox_id, source, request, on_output)
-        env = {**box.env, **request.env}
+        # The working directory is not importable unless the caller asks (PYTHONSAFEPATH="" in env):
+        # a json.py planted there by an earlier command would otherwise run at "import json".
+        env = {**SAFE_PATH_ENV, **box.env, **request.env}
         return await box.channel.exec(request, env, box.map_path(request.cwd), source, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:

@@ -9,7 +9,8 @@ A birth, in order (each step's failure leaves what ``stop`` can undo, recorded o
 2. ``Template.deliver``: the newborn gets those fds and the agent's configuration, joins its
    cgroups, forks the sandbox's PID 1, which sends a pidfd of itself;
 3. the channel is connected and the agent's hello awaited; meanwhile one worker-thread call writes
-   the host pid (``Box.pid``) and its start time into the entry.
+   the host pid (``Box.pid``) and its start time into the entry, and sets PID 1's OOM score from
+   the host (``hold_oom_score``) before any command exists.
 
 ``stop``: SIGKILL through the pidfd (the sandbox's first process is PID 1 of its pid namespace, so
 the kernel kills everything else in it), wait for the pidfd, remove the cgroups and the registry
@@ -31,6 +32,7 @@ from ..._errors import SandboxCreationError
 from ..._types import SandboxStatus
 from ._box import Box, HostIds
 from ._cgroup import CgroupManager
+from ._evidence import Evidence
 from ._leftover import kill_uid, remove_cgroup
 from ._link import Link
 from ._registry import Registry, proc_start_time
@@ -38,7 +40,27 @@ from ._template import Newborn, Template, pidfd_pid
 from ._threads import Blocking
 from .agent.protocol import MAX_BIRTH_CONFIG
 
-__all__ = ["Births"]
+__all__ = ["OOM_SCORE", "Births", "hold_oom_score"]
+
+#: Every sandbox process's OOM score: a host out of memory kills sandboxes before anything else.
+OOM_SCORE = 1000
+
+
+def hold_oom_score(pid: int) -> bool:
+    """Set PID 1's ``oom_score_adj`` from the host, so that no process of its sandbox can lower its own.
+
+    Written by a process with ``CAP_SYS_RESOURCE`` (a root driver that was not denied it), the kernel
+    also makes the value the process's floor (``oom_score_adj_min``), which every fork inherits: a
+    command's ``echo 0 > /proc/self/oom_score_adj`` then fails with EACCES. A driver without that
+    capability (not root, or a container that drops it) cannot set a floor: PID 1 still raises its
+    own score to 1000 and its commands inherit it, but any of them may lower its own to the driver's
+    floor. False when the write was refused."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE))
+    except OSError:
+        return False
+    return True
 
 
 class Births:
@@ -114,6 +136,8 @@ class Births:
                 os.close(fd)
         box.link = Link(sid, box.newborn, self.blocking, self.eof_grace)
         box.channel = box.link.channel
+        box.channel.evidence = Evidence(box.cgroup.cpu_usage if box.cgroup else None)
+        box.channel.default_budget = float(box.spec.defaults.resources.cpu_seconds or 0)
         await box.link.open()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.blocking, self._record_pid, box)  # off the critical path
@@ -131,10 +155,12 @@ class Births:
         box.status = SandboxStatus.RUNNING
 
     def _record_pid(self, box: Box) -> None:
-        """Worker thread: the host pid of the sandbox's first process (from its pidfd) into the entry."""
+        """Worker thread: the host pid of the sandbox's first process (from its pidfd) into the entry;
+        its OOM score held (``hold_oom_score``)."""
         assert box.newborn is not None
         box.pid = box.newborn.pid = pidfd_pid(box.newborn.pidfd)
         if box.pid is not None:
+            hold_oom_score(box.pid)
             box.entry.update(pid=box.pid, pid_start=proc_start_time(box.pid))
             self.registry.write(box.entry)
 

@@ -144,8 +144,8 @@ class ExecCall:
         if not self.done.is_set():
             self._finish()
 
-    def result(self) -> ExecExit:
-        """The ``ExecExit`` of a reported ``R_DONE`` exec."""
+    def result(self, others_cpu: float | None = None) -> ExecExit:
+        """The ``ExecExit`` of a reported ``R_DONE`` exec (``others_cpu``: see ``_evidence``)."""
         r = self.report
         assert r is not None and r.kind == R_DONE
         return ExecExit(
@@ -160,4 +160,5 @@ class ExecCall:
             cpu_exceeded=bool(r.flags & D_CPU_EXCEEDED),
             cpu_wait_seconds=None if r.wait < 0 else r.wait,
             sandbox_cpu_seconds=None if r.sandbox_cpu < 0 else r.sandbox_cpu,
+            others_cpu_seconds=others_cpu,
         )

@@ -11,11 +11,14 @@ Payloads of ``INLINE_BYTES`` or more are written (and a read file's bytes read) 
 
 When the channel closes or the sandbox's first process exits, every pending call fails with
 ``SandboxNotRunningError`` (``SandboxTerminatedError`` when the backend is stopping the sandbox on
-purpose), and so does every later call. That is infrastructure: a program cannot end PID 1 -- it
-ignores signals from inside its namespace, is not dumpable, seccomp denies ``ptrace`` and
-``process_vm_*``, it lives outside the commands' memory limit, and a full pids limit only fails the
-execs that need a new process (``SPAWN_FAILED``). A report that breaks the protocol is a bug of this
-library (``AgentProtocolError``), never infrastructure.
+purpose), and so does every later call. Whose failure that is, the way PID 1 ended says (``Link``):
+killed by a signal -- which nothing inside can send it -- is infrastructure; anything else (PID 1
+exited, or no evidence either way) is the program's (``infrastructure=False``): PID 1 ignores
+signals from inside, is not dumpable, cannot be traced, changed or re-limited by a command (seccomp),
+lives outside the commands' memory limit, and a full pids limit only fails the execs that need a new
+process (``SPAWN_FAILED``), so a PID 1 that still gave up did so because of what a program did.
+A report that breaks the protocol is a bug of this library (``AgentProtocolError``), never
+infrastructure.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ..._errors import (
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, StreamName
 from ._calls import Chunk, ExecCall, Report
+from ._evidence import Evidence
 from ._threads import Blocking
 from .agent import protocol as p
 
@@ -51,6 +55,8 @@ STDERR_TAIL = 16 * 1024
 #: Payloads this large or larger are copied into (or out of) memfds in a worker thread.
 INLINE_BYTES = 1 << 20
 _MAX_MESSAGE = 4096  # a report is 44 bytes, the hello a few hundred
+#: How long a call that found the channel broken waits to learn how PID 1 ended.
+DEATH_WAIT = 2.0
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
 
 
@@ -61,11 +67,13 @@ class AgentProtocolError(RuntimeError):
 class _Pending:
     """A call waiting for its report: an exec (``ExecCall``) or a file operation."""
 
-    __slots__ = ("call", "done", "report")
+    __slots__ = ("call", "done", "others", "report", "start")
 
     def __init__(self, call: ExecCall | None) -> None:
         self.call = call
         self.report: Report | None = None
+        self.start: tuple[float, float] | None = None  # ``Evidence.reading`` when the order was posted
+        self.others: float | None = None  # the rest of the machine's CPU until the report (timed out only)
         self.done = anyio.Event() if call is None else call.done
 
 
@@ -93,6 +101,14 @@ class AgentChannel:
         self._writing = False
         #: Set when PID 1 broke the protocol: pending and later calls raise ``AgentProtocolError``.
         self.violation: str | None = None
+        #: Where the driver reads the host's and the sandbox's CPU (``_evidence``); set by the birth.
+        self.evidence: Evidence | None = None
+        #: An exec's CPU budget when its request has none: ``Resources.cpu_seconds`` (set by the birth).
+        self.default_budget = 0.0
+        #: How PID 1 ended (``exit_known``): its exit code, or the signal that killed it.
+        self.exit_code: int | None = None
+        self.exit_signal: int | None = None
+        self.ended = anyio.Event()
 
     # -- the socket ------------------------------------------------------------------------------
     def _readable(self) -> None:
@@ -127,6 +143,8 @@ class AgentChannel:
         if pending is None:
             return  # a call that was abandoned (cancelled)
         pending.report = Report(kind, note, flags, rc, wall, cpu, wait, sandbox_cpu)
+        if flags & p.D_TIMED_OUT and pending.start is not None and self.evidence is not None:
+            pending.others = Evidence.others(pending.start, self.evidence.reading())
         if pending.call is not None:
             pending.call.on_report(pending.report)
         else:
@@ -185,6 +203,18 @@ class AgentChannel:
         self.broken("the sandbox process exited")
         self.exited.set()
 
+    def exit_known(self, code: int | None, signum: int | None) -> None:
+        """How the sandbox's first process ended (both None: not known), from ``Link``."""
+        self.exit_code, self.exit_signal = code, signum
+        self.ended.set()
+
+    async def _dead(self) -> SandboxNotRunningError:
+        """``dead_error`` once it is known how PID 1 ended (waited for a little: its channel closes
+        just before it is gone)."""
+        with anyio.move_on_after(DEATH_WAIT):
+            await self.ended.wait()
+        return self.dead_error()
+
     def stderr_data(self, data: bytes) -> None:
         self.stderr_tail += data
         del self.stderr_tail[:-STDERR_TAIL]
@@ -192,6 +222,8 @@ class AgentChannel:
     def close(self) -> None:
         self.broken("the channel was closed")
         self.sock.close()
+        if self.evidence is not None:
+            self.evidence.close()
 
     @property
     def alive(self) -> bool:
@@ -202,8 +234,16 @@ class AgentChannel:
             return SandboxTerminatedError(f"sandbox {self.sandbox_id} was stopped", sandbox_id=self.sandbox_id)
         tail = bytes(self.stderr_tail).decode("utf-8", "replace").strip()
         detail = f"; its last error output: {tail[-2000:]}" if tail else ""
+        if self.exit_signal is not None:
+            how = f"; its PID 1 was killed by signal {self.exit_signal} from outside the sandbox"
+        elif self.exit_code is not None:
+            how = f"; its PID 1 exited with status {self.exit_code} (its programs' doing)"
+        else:
+            how = ""
         return SandboxNotRunningError(
-            f"sandbox {self.sandbox_id} is not running: {self.closed_reason}{detail}", sandbox_id=self.sandbox_id
+            f"sandbox {self.sandbox_id} is not running: {self.closed_reason}{how}{detail}",
+            sandbox_id=self.sandbox_id,
+            infrastructure=self.exit_signal is not None,
         )
 
     # -- calls -----------------------------------------------------------------------------------
@@ -275,7 +315,9 @@ class AgentChannel:
             request.max_output_bytes, (readers[0], readers[1]), lambda: self._kill(rid), self.eof_grace, send
         )
         self._calls[rid] = pending = _Pending(call)
-        budget = request.cpu_seconds or 0.0
+        budget = request.cpu_seconds or self.default_budget
+        if self.evidence is not None:
+            pending.start = self.evidence.reading()
         self.post(p.ORDER.pack(p.O_RUN, mode, flags, rid, request.timeout_seconds, budget), fds)
         try:
             if receive is not None and on_output is not None:
@@ -288,8 +330,10 @@ class AgentChannel:
                 self._kill(rid)
             call.close()
             raise
+        if pending.report is None and self.violation is None:
+            raise await self._dead()
         self._check(pending)
-        return call.result()
+        return call.result(pending.others)
 
     def _check(self, pending: _Pending) -> Report:
         """The report of a done call; raises for a broken channel or an order PID 1 could not run."""
@@ -330,6 +374,8 @@ class AgentChannel:
                 if self._calls.pop(rid, None) is not None:
                     self._kill(rid)
                 raise
+            if pending.report is None and self.violation is None:
+                raise await self._dead()
             r = self._check(pending)
             size = os.fstat(result).st_size
             out = await self.blocking(_pread_all, result, size) if size >= INLINE_BYTES else _pread_all(result, size)

@@ -13,7 +13,10 @@ local backend's ``_doctor`` to add to its section:
 - **clean run_python memory**: a marker planted by earlier requests (a file, an exec's environment)
   is not in the memory of a later ``run_python`` program, which does find a control marker;
 - **timeout holds against its supervisor**: a command that stops and kills the sandbox's PID 1 (the
-  process enforcing its timeout) and stops itself still ends at its timeout, and the next exec runs.
+  process enforcing its timeout) and stops itself still ends at its timeout, and the next exec runs;
+- **supervisor out of reach**: a command's ``prlimit`` of PID 1's limits, ``setpriority`` and
+  ``sched_setaffinity`` of PID 1 fail with EPERM, an ``AF_VSOCK`` socket with EAFNOSUPPORT, and the
+  sandbox's own inotify bound (``agent.harden.USER_LIMITS``) is in place.
 
 A probe never raises for a protection that does not hold (that is a ``FAIL``); an exception escaping
 a sandbox call propagates to the doctor, which reports the probe itself as failed.
@@ -184,9 +187,51 @@ async def _supervisor(sb: Any) -> Check:
     return "timeout holds against its supervisor", OK if ok else FAIL, detail, how
 
 
+REACH_PROBE = """
+import errno, json, os, resource, socket
+out = {}
+def attempt(name, f):
+    try:
+        f()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+hard = resource.prlimit(1, resource.RLIMIT_NOFILE)[1]
+attempt("prlimit", lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (3, hard)))
+attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19))
+attempt("sched_setaffinity", lambda: os.sched_setaffinity(1, {min(os.sched_getaffinity(0))}))
+attempt("vsock", lambda: socket.socket(40, socket.SOCK_STREAM).close())
+with open("/proc/sys/user/max_inotify_instances") as f:
+    out["inotify"] = f.read().strip()
+print(json.dumps(out))
+"""
+
+
+async def _reach(sb: Any) -> Check:
+    how = "prlimit, setpriority and sched_setaffinity of PID 1, an AF_VSOCK socket, the inotify bound, from inside"
+    if _MACHINE not in seccomp.AUDIT_ARCH:
+        return "supervisor out of reach", WARN, f"no filter for {_MACHINE}: PID 1 can be re-limited", how
+    r = await sb.exec(["python3", "-I", "-c", REACH_PROBE], timeout_seconds=30)
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        return "supervisor out of reach", FAIL, f"the probe did not run: {r.stderr.strip()[-200:]}", how
+    want = {"prlimit": "EPERM", "setpriority": "EPERM", "sched_setaffinity": "EPERM", "vsock": "EAFNOSUPPORT"}
+    want["inotify"] = harden.USER_LIMITS["max_inotify_instances"]
+    wrong = sorted(f"{k}: {out.get(k)}" for k, v in want.items() if out.get(k) != v)
+    if wrong:
+        return "supervisor out of reach", FAIL, f"not held: {', '.join(wrong)}", how
+    return (
+        "supervisor out of reach",
+        OK,
+        "PID 1 cannot be re-limited, reniced or pinned; no vsock; own inotify bound",
+        how,
+    )
+
+
 async def hardening_checks(sandbox: Any) -> list[Check]:
     """Run every hardening probe against ``sandbox`` (a running local ``Sandbox``); see the module docstring."""
     out = []
-    for probe in (_seccomp, _keyring, _ipc, _home, _memory, _supervisor):
+    for probe in (_seccomp, _keyring, _ipc, _home, _memory, _supervisor, _reach):
         out.append(await probe(sandbox))
     return out

@@ -7,14 +7,24 @@ everything in its pid namespace first), and the channel fails its pending calls.
 thread: loop callbacks only. A first process that is the driver's own child (``isolation="none"``)
 is reaped then. ``Link.close`` releases all three (idempotent). Signals go through the pidfd, so a
 recycled pid is never signalled.
+
+How the first process ended is the evidence that says whose failure a dead sandbox is
+(``AgentChannel.dead_error``): its wait status, from ``waitid`` for a child of ours, else from the
+pidfd once the template reaped it (``PIDFD_GET_INFO`` with ``PIDFD_INFO_EXIT``, Linux 6.15+; looked
+for a little while, as the template reaps it a moment after the pidfd turns readable). Nothing inside
+a sandbox can send its PID 1 a signal, so a death by a signal came from outside (the host's OOM
+killer, an operator, the template's end); an exit with a status is PID 1 giving up on what its
+programs did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
+import struct
 
 import anyio
 
@@ -22,7 +32,27 @@ from ._channel import AgentChannel
 from ._template import Newborn
 from ._threads import Blocking
 
-__all__ = ["Link"]
+__all__ = ["Link", "pidfd_exit_status"]
+
+#: ``ioctl(pidfd, PIDFD_GET_INFO, struct pidfd_info)``: ``_IOWR(0xFF, 11, 64 bytes)``.
+PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
+PIDFD_INFO_EXIT = 0x8
+_INFO = struct.Struct("=QQ11Ii")  # mask, cgroupid, pid ... fsgid, exit_code (the first 64 bytes)
+#: How often, and how many times, the exit status is looked for after the pidfd turned readable.
+STATUS_POLL = 0.005
+STATUS_TRIES = 200
+
+
+def pidfd_exit_status(pidfd: int) -> int | bool | None:
+    """The wait status of the reaped process behind ``pidfd``; True while not reaped yet; None when
+    this kernel cannot tell (no ``PIDFD_INFO_EXIT``)."""
+    buf = bytearray(_INFO.pack(PIDFD_INFO_EXIT, *([0] * 13)))
+    try:
+        fcntl.ioctl(pidfd, PIDFD_GET_INFO, buf)
+    except OSError:
+        return None
+    fields = _INFO.unpack(buf)
+    return int(fields[-1]) if fields[0] & PIDFD_INFO_EXIT else True
 
 
 class _StderrSide(asyncio.Protocol):
@@ -63,11 +93,30 @@ class Link:
     def _on_exit(self) -> None:
         self._unwatch()
         if self.reap:
+            info = None
             with contextlib.suppress(ChildProcessError):
-                os.waitid(os.P_PIDFD, self.newborn.pidfd, os.WEXITED | os.WNOHANG)
+                info = os.waitid(os.P_PIDFD, self.newborn.pidfd, os.WEXITED | os.WNOHANG)
+            # An agent on the host (``isolation="none"``): its commands can signal it, so a signal is
+            # no evidence of anything; only its exit code is recorded.
+            exited = info is not None and info.si_code == os.CLD_EXITED
+            self.channel.exit_known(info.si_status if info is not None and exited else None, None)
+        else:
+            self._look_for_status(STATUS_TRIES)
         if not self.exited.is_set():
             self.exited.set()
             self.channel.process_exited()
+
+    def _look_for_status(self, tries: int) -> None:
+        status = pidfd_exit_status(self.newborn.pidfd) if self.newborn.pidfd >= 0 else None
+        if status is True and tries > 0:
+            asyncio.get_running_loop().call_later(STATUS_POLL, self._look_for_status, tries - 1)
+        elif isinstance(status, int) and not isinstance(status, bool):
+            if os.WIFSIGNALED(status):
+                self.channel.exit_known(None, os.WTERMSIG(status))
+            else:
+                self.channel.exit_known(os.WEXITSTATUS(status), None)
+        else:
+            self.channel.exit_known(None, None)
 
     def _unwatch(self) -> None:
         if self._watching:

@@ -248,6 +248,7 @@ def _settle(birth: dict[str, Any]) -> None:
         _loopback_up()
     _rootfs.remount_ro("/", recursive=False)
     _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
+    harden.bound_user_limits()  # per-user kernel limits of its own, so it cannot exhaust the driver's
     harden.readonly_proc_sys()  # last: no sysctl of the sandbox's namespaces can change from now on
 
 

@@ -15,7 +15,8 @@ memory -- which every fork starts from -- holds none (``run_python`` programs sc
 
 Then a command is ``execve``'d (a failure: ``cwsandbox: ...`` on stderr, exit 126, or 127 when not
 found); Python source runs in this process as ``python3 -c`` would: ``sys.argv == ["-c"]``, ``""``
-first on ``sys.path``, a fresh ``__main__``, exit code 0, the ``SystemExit`` code, or 1 after an
+first on ``sys.path`` unless ``PYTHONSAFEPATH`` is set in its environment (the driver sets it by
+default), a fresh ``__main__``, exit code 0, the ``SystemExit`` code, or 1 after an
 uncaught exception (its traceback printed without this module's frame), non-daemon threads joined
 and ``atexit`` handlers run. A file operation (``files``) stays non-dumpable, in PID 1's cgroups,
 and writes the file's bytes, or its error message with exit code 1, into the result memfd.
@@ -212,7 +213,8 @@ def run_source(source: str, env: dict[str, str]) -> int:
     os.environ.clear()
     os.environ.update(env)
     sys.argv[:] = ["-c"]
-    sys.path.insert(0, "")
+    if not env.get("PYTHONSAFEPATH"):  # as python3 -c: the working directory is importable
+        sys.path.insert(0, "")
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main

@@ -12,7 +12,11 @@ operations are execs of a helper that starts nothing: no sampling, no leftovers,
 How its facts are decided:
 
 - **timed out**: PID 1 killed it at its deadline, or it ended past it (checked where it ends);
-- **CPU budget exceeded** likewise, from the samples, or from the exact CPU time at the end;
+- **CPU budget exceeded** likewise, from the samples, or from the CPU time at the end. An exec's
+  CPU time is the larger of its tree's (sampled, then ``wait4`` of the command and its leftovers)
+  and, while no other exec ran beside it, the sandbox cgroup's usage over its life minus PID 1's
+  own: that counts every process the exec made, reaped or not (children of a command that set
+  ``SIGCHLD`` to ``SIG_IGN`` are reaped by the kernel and leave no rusage anywhere);
 - **OOM-killed**: the commands' cgroup counted an OOM kill while it ran, and either the command
   itself died of a SIGKILL PID 1 did not send, or no other exec ran at any moment of its life
   (then the victim was one of its processes: the OOM killer prefers the processes with the highest
@@ -68,6 +72,7 @@ class Exec:
         "note",
         "oom_before",
         "overlapped",
+        "own_cpu",
         "pid",
         "rid",
         "sampler",
@@ -93,6 +98,7 @@ class Exec:
         self.oom_before = 0
         self.sampler: proctree.TreeSampler | None = None
         self.sandbox_cpu: float | None = None  # the sandbox's CPU at (about) its start
+        self.own_cpu = 0.0  # PID 1's own CPU then
         self.sandbox_cpu_at: float | None = None  # when that reading is due or was taken
         self.clear_until: float | None = None  # exclusive: give up clearing the sandbox then
 
@@ -129,6 +135,7 @@ class Execs:
         self.config, self.settings, self.cpus, self.joins = config, settings, cpus, joins
         self.oom, self.sandbox_cpu, self.send = oom, sandbox_cpu, send
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.affinity = len(os.sched_getaffinity(0))
         self.execs: dict[int, Exec] = {}  # by request id
         self.by_pid: dict[int, Exec] = {}  # started and not reaped
         self.queue: collections.deque[Exec] = collections.deque()
@@ -157,7 +164,7 @@ class Execs:
             return
         if ex.pid and ex.status is None:
             ex.killed = True
-            proctree.kill_tree(ex.pid)
+            self.kill_tree(ex.pid)
         elif ex in self.queue:
             self.queue.remove(ex)
             self.drop(ex, R_DONE, protocol.N_NONE, -signal.SIGKILL)
@@ -187,7 +194,7 @@ class Execs:
                 busy = True
                 other.note = other.note or protocol.N_EXCLUSIVE
                 other.killed = True
-                proctree.kill_tree(other.pid)
+                self.kill_tree(other.pid)
         if not self.kill_leftovers() and not busy:
             ex.clear_until = None
             return True
@@ -230,6 +237,17 @@ class Execs:
     def read_sandbox_cpu(self, ex: Exec, now: float) -> None:
         value = self.sandbox_cpu.read()
         ex.sandbox_cpu, ex.sandbox_cpu_at = value, (now if value is not None else None)
+        ex.own_cpu = _own_cpu()
+
+    def cgroup_cpu(self, ex: Exec) -> float | None:
+        """The exec's CPU from the sandbox's cgroup (module docstring); None when another exec ran
+        beside it or there is no exact figure."""
+        if ex.overlapped or not self.sandbox_cpu.exact or ex.sandbox_cpu is None:
+            return None
+        now = self.sandbox_cpu.read()
+        if now is None:
+            return None
+        return max(0.0, now - ex.sandbox_cpu - (_own_cpu() - ex.own_cpu))
 
     # -- time ----------------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
@@ -252,7 +270,7 @@ class Execs:
             if not ex.timed_out and now >= ex.deadline:
                 self.sample(ex, now)  # the tree as it was at the deadline
                 ex.timed_out = True
-                proctree.kill_tree(ex.pid)
+                self.kill_tree(ex.pid)
             elif now >= ex.next_sample:
                 self.sample(ex, now)
         for ex in [e for e in self.ending if now >= e.leftover_deadline]:
@@ -262,12 +280,16 @@ class Execs:
 
     def sample(self, ex: Exec, now: float) -> None:
         if ex.sampler is None:
-            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice)
+            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice, self.affinity)
         ex.sampler.sample()
         ex.next_sample = now + self.settings.sample_interval
-        if ex.budget and not ex.cpu_exceeded and ex.sampler.cpu() >= ex.budget:
-            ex.cpu_exceeded = True
-            proctree.kill_tree(ex.pid)
+        if ex.budget and not ex.cpu_exceeded:
+            used = ex.sampler.cpu()
+            if used < ex.budget:
+                used = max(used, self.cgroup_cpu(ex) or 0.0)
+            if used >= ex.budget:
+                ex.cpu_exceeded = True
+                self.kill_tree(ex.pid)
 
     # -- ending --------------------------------------------------------------------------------
     def reap(self) -> None:
@@ -322,16 +344,36 @@ class Execs:
         if self.queue:
             self.schedule()
 
+    def kill_tree(self, root: int) -> None:
+        """``proctree.kill_tree``, failing closed: when ``/proc`` cannot be read, kill everything."""
+        try:
+            proctree.kill_tree(root)
+        except proctree.Unreadable:
+            self.fail_closed()
+
+    def fail_closed(self) -> None:
+        """PID 1 cannot see the processes it must kill: every process of the sandbox dies (and each
+        exec that was running is marked as killed by the sandbox)."""
+        if proctree.kill_everything():
+            for ex in self.by_pid.values():
+                if not ex.is_file:
+                    ex.killed = True
+
     def kill_leftovers(self) -> int:
         """Kill every child that is no exec's command (and everything below it); how many there were."""
         owner = self.ending[0] if self.ending else None
         left = 0
-        for pid in proctree.own_children():
+        try:
+            children = proctree.own_children()
+        except proctree.Unreadable:
+            self.fail_closed()  # leftovers unknown: none is left once this returns
+            return 0
+        for pid in children:
             if pid not in self.by_pid:
                 left += 1
                 if owner is not None:
                     self.orphans.setdefault(pid, owner)
-                proctree.kill_tree(pid)
+                self.kill_tree(pid)
         return left
 
     def finish(self, ex: Exec) -> None:
@@ -341,6 +383,8 @@ class Execs:
         assert ex.status is not None
         rc = os.waitstatus_to_exitcode(ex.status)
         wall = ex.end - ex.start
+        if not ex.is_file:
+            ex.cpu = max(ex.cpu, self.cgroup_cpu(ex) or 0.0)
         flags = 0
         if ex.timed_out or (ex.timeout and wall >= ex.timeout):
             flags |= protocol.D_TIMED_OUT
@@ -382,5 +426,11 @@ class Execs:
     def kill_all(self) -> None:
         """Every exec's tree and every leftover (PID 1 is going away)."""
         for ex in list(self.by_pid.values()):
-            proctree.kill_tree(ex.pid)
+            self.kill_tree(ex.pid)
         self.kill_leftovers()
+
+
+def _own_cpu() -> float:
+    """PID 1's own CPU time (not its children's)."""
+    t = os.times()
+    return t.user + t.system

@@ -8,8 +8,8 @@ Two kinds of steps, in this order:
   cannot change the bounds: SysV IPC memory lives outside every process -- a
   detached shared memory segment stays charged to the sandbox's memory cgroup after
   its creator died -- so removal on exit is forced and the sizes are small); then,
-  as root of the sandbox's own user namespace after its mounts,
-  ``readonly_proc_sys``. Each raises ``OSError`` when the kernel refuses; the birth
+  as root of the sandbox's own user namespace after its mounts, ``bound_user_limits``
+  and ``readonly_proc_sys``. Each raises ``OSError`` when the kernel refuses; the birth
   path then fails the sandbox.
 - **Unprivileged steps**, run by the agent itself first thing (``main.run``):
   ``fresh_session_keyring`` (keyrings are inherited across fork, exec and
@@ -46,6 +46,14 @@ IPC_LIMITS = {
     "msgmni": "16",  # queues
     "sem": "250 8000 32 64",  # semmsl semmns semopm semmni
 }
+#: ``/proc/sys/user/<name>`` of the sandbox's own user namespace. The kernel counts these per user at
+#: every level of nested user namespaces, and every sandbox's namespace is nested in the template's,
+#: whose creator is the driver's uid: without a bound of its own, one sandbox could take all of the
+#: driver's inotify instances (128 by default) and leave the driver and every neighbour EMFILE.
+USER_LIMITS = {"max_inotify_instances": "16", "max_inotify_watches": "8192"}
+#: Per-user rlimits counted the same way (hard limits: no process of the sandbox can raise them):
+#: POSIX message queue bytes, and locked memory (``mlock``, SysV ``SHM_LOCK``).
+USER_RLIMITS = {"RLIMIT_MSGQUEUE": 64 << 10, "RLIMIT_MEMLOCK": 1 << 20}
 KEYCTL_JOIN_SESSION_KEYRING = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 _ST_FLAGS = ((2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC))  # statvfs flag -> mount flag (locked flags)
@@ -70,6 +78,24 @@ def bound_sysv_ipc(limits: dict[str, str] | None = None, proc: str = "/proc") ->
             os.write(fd, value.encode())
         finally:
             os.close(fd)
+
+
+def bound_user_limits(proc: str = "/proc") -> None:
+    """``USER_LIMITS`` into this user namespace's sysctls and ``USER_RLIMITS`` on this process (never
+    raising a limit that is lower already); ``OSError`` if refused."""
+    import resource
+
+    for name, value in USER_LIMITS.items():
+        fd = os.open(f"{proc}/sys/user/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+    for name, bound in USER_RLIMITS.items():
+        key = getattr(resource, name)
+        soft, hard = resource.getrlimit(key)
+        top = bound if hard == resource.RLIM_INFINITY else min(bound, hard)
+        resource.setrlimit(key, (min(top, soft) if soft != resource.RLIM_INFINITY else top, top))
 
 
 def readonly_proc_sys(proc: str = "/proc") -> None:

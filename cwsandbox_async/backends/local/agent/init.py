@@ -159,8 +159,11 @@ class Init:
         """Exit: as PID 1 the kernel then kills the rest; otherwise kill every descendant first."""
         if os.getpid() != 1:
             self.execs.kill_all()
-            for pid in proctree.descendants(os.getpid()):
-                proctree.kill_quietly(pid, signal.SIGKILL)
+            try:
+                for pid in proctree.descendants(os.getpid()):
+                    proctree.kill_quietly(pid, signal.SIGKILL)
+            except proctree.Unreadable:  # nothing more it can find (an agent on the host)
+                pass
         os._exit(0)
 
 

@@ -12,7 +12,9 @@
   corrections keep a program from manufacturing "starvation":
 
   * tasks that lowered their own priority (nice above PID 1's, or a
-    ``SCHED_BATCH``/``SCHED_IDLE`` policy) are not counted: they asked to wait;
+    ``SCHED_BATCH``/``SCHED_IDLE`` policy) or narrowed the CPUs they may run on
+    (an affinity smaller than PID 1's: 32 processes pinned to one CPU wait for
+    each other) are not counted: they asked to wait;
   * the total is capped by the CPU capacity the tree left unused,
     ``cpus * wall - cpu``: a program whose own busy children queue behind each
     other while the tree keeps every CPU it may use busy was not starved by
@@ -22,6 +24,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -36,30 +39,52 @@ def kill_quietly(pid: int, sig: int) -> None:
         pass
 
 
+#: Errors that mean "that process (or thread) is gone": anything else means /proc could not be read.
+_GONE = (errno.ENOENT, errno.ESRCH)
+
+
+class Unreadable(OSError):
+    """``/proc`` could not be read (no descriptor left, no memory...): the tree is unknown, not empty.
+
+    Whoever kills on such a reading must kill through the cgroup instead (fail closed)."""
+
+
+def _unreadable(exc: OSError) -> Unreadable:
+    return Unreadable(exc.errno, f"cannot read /proc: {exc.strerror}")
+
+
 def children_of(pid: int) -> list[int]:
-    """Direct children of ``pid``, through every one of its threads (empty when it is gone)."""
+    """Direct children of ``pid``, through every one of its threads (empty when it is gone).
+
+    ``Unreadable`` when ``/proc`` itself cannot be read (not when the process is gone)."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
+    except OSError as exc:
+        if exc.errno in _GONE:
+            return []
+        raise _unreadable(exc) from exc
     kids: list[int] = []
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
                 kids.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
+        except OSError as exc:
+            if exc.errno in _GONE:
+                continue
+            raise _unreadable(exc) from exc
     return kids
 
 
 def own_children() -> list[int]:
-    """Children of this single-threaded process (one read of its main thread's ``children``)."""
+    """Children of this single-threaded process (one read of its main thread's ``children``).
+
+    ``Unreadable`` when it cannot be read."""
     me = os.getpid()
     try:
         with open(f"/proc/{me}/task/{me}/children", "rb") as f:
             return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
+    except OSError as exc:
+        raise _unreadable(exc) from exc
 
 
 def descendants(root: int) -> list[int]:
@@ -95,11 +120,26 @@ def state(pid: int) -> str | None:
 
 
 def kill_tree(root: int) -> None:
-    """SIGKILL ``root``'s process group, ``root`` and every process below it (parents first)."""
+    """SIGKILL ``root``'s process group, ``root`` and every process below it (parents first).
+
+    ``Unreadable`` (after the group and ``root`` were killed) when the tree could not be listed."""
     kill_quietly(-root, signal.SIGKILL)
     kill_quietly(root, signal.SIGKILL)
     for pid in descendants(root):
         kill_quietly(pid, signal.SIGKILL)
+
+
+def kill_everything() -> bool:
+    """Fail closed: SIGKILL every other process of the sandbox, without reading ``/proc``.
+
+    As PID 1 of the sandbox's pid namespace, one ``kill(-1, SIGKILL)`` reaches every process in it
+    (every command, leftover and file helper: each is in that namespace and runs as the same user)
+    and never PID 1 itself; it needs no descriptor, so it works when PID 1 cannot open one. False
+    outside a namespace of its own (an agent on the host), where nothing is killed."""
+    if os.getpid() != 1:
+        return False
+    kill_quietly(-1, signal.SIGKILL)
+    return True
 
 
 def alive(pid: int) -> bool:
@@ -151,7 +191,11 @@ class SandboxCpu:
             return None
         me = os.times()
         ticks = 0
-        for name in os.listdir("/proc"):
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return None
+        for name in names:
             if name.isdigit() and name != "1":
                 fields = stat_fields(int(name))
                 if fields is not None and len(fields) > 14:
@@ -162,12 +206,13 @@ class SandboxCpu:
 class TreeSampler:
     """Samples the tree of ``root`` (a command, a subreaper: its whole tree is below it); see the module docstring."""
 
-    __slots__ = ("cpus", "live_cpu", "nice", "root", "sampled", "wait")
+    __slots__ = ("affinity", "cpus", "live_cpu", "nice", "root", "sampled", "wait")
 
-    def __init__(self, root: int, cpus: float, nice: int) -> None:
+    def __init__(self, root: int, cpus: float, nice: int, affinity: int = 0) -> None:
         self.root = root
         self.cpus = cpus
         self.nice = nice  # PID 1's: a task above it lowered its own priority
+        self.affinity = affinity  # how many CPUs PID 1 may use: a task with fewer narrowed its own
         self.wait: dict[int, int] = {}  # tid -> run-queue wait (ns) last seen
         self.live_cpu = 0.0
         self.sampled = False
@@ -176,7 +221,11 @@ class TreeSampler:
         """Read the tree's CPU time and every counted task's wait (``root`` included, even as a zombie)."""
         self.sampled = True
         ticks = 0
-        for pid in (self.root, *descendants(self.root)):
+        try:
+            tree = descendants(self.root)
+        except Unreadable:  # the figures stay as last seen; the cgroup's count the CPU (``execs``)
+            return
+        for pid in (self.root, *tree):
             fields = stat_fields(pid)
             if fields is None or len(fields) < 39:
                 continue
@@ -190,7 +239,7 @@ class TreeSampler:
                 tfields = fields if tid == pid else stat_fields(pid, tid)
                 if tfields is None or len(tfields) < 39:
                     continue
-                if int(tfields[16]) > self.nice or int(tfields[38]) != SCHED_OTHER:
+                if int(tfields[16]) > self.nice or int(tfields[38]) != SCHED_OTHER or self._pinned(tid):
                     self.wait.pop(tid, None)  # it asked to wait: none of its waiting counts
                     continue
                 try:
@@ -199,6 +248,14 @@ class TreeSampler:
                 except (OSError, IndexError, ValueError):
                     continue
         self.live_cpu = ticks / CLK_TCK
+
+    def _pinned(self, tid: int) -> bool:
+        if not self.affinity:
+            return False
+        try:
+            return len(os.sched_getaffinity(tid)) < self.affinity
+        except OSError:  # gone: its last figure stands
+            return False
 
     def cpu(self) -> float:
         """CPU seconds of the tree at the last sample (every process's own and reaped children's time)."""

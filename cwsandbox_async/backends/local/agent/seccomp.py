@@ -30,7 +30,7 @@ fork and execve, and cannot be removed). What it does, in order:
                           ``clock_settime``, ``sethostname``, ``setdomainname``, ``vhangup``,
                           ``lookup_dcookie``, ``nfsservctl``, ``fanotify_init``
    x86_64 legacy          ``iopl``, ``ioperm``, ``uselib``, ``ustat``, ``sysfs``, ``_sysctl``,
-                          ``create_module``, ``get_kernel_syms``, ``query_module``
+                          ``create_module``, ``get_kernel_syms``, ``query_module``, ``modify_ldt``
    =====================  =====================================================================
 
 3. **Denied by argument:** ``clone`` and ``unshare`` with any namespace flag
@@ -42,7 +42,19 @@ fork and execve, and cannot be removed). What it does, in order:
    tree (and its CPU budget and timeout kill) while the exec runs.
    ``personality`` is allowed only for the values Docker allows (0, ``PER_LINUX32``,
    ``UNAME26``, both, and the query ``0xffffffff``), else EPERM.
-4. ``clone3`` fails with **ENOSYS** (its flags are in memory a filter cannot read),
+4. **Every process keeps to itself** (all commands of a sandbox run as one user, PID 1's too, so
+   the kernel's same-owner checks would let any of them change PID 1: its limits, priority, CPUs):
+   ``prlimit64`` with another pid may read that process's limits but not set them;
+   ``setpriority`` and ``ioprio_set`` only for the caller itself (``PRIO_PROCESS``/
+   ``IOPRIO_WHO_PROCESS`` with who 0: never a group, a user or another pid);
+   ``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam`` and ``sched_setattr`` only
+   with pid 0. Otherwise EPERM. (``setrlimit`` and ``nice`` act on the caller only.) The cost: a
+   thread cannot be pinned or rescheduled by its tid (``pthread_setaffinity_np``), nor a process
+   by its pid (``renice``, ``taskset -p``); pid 0 works.
+5. **Socket families allow-listed:** ``socket`` and ``socketpair`` for ``AF_UNIX``, ``AF_INET``,
+   ``AF_INET6`` and ``AF_NETLINK`` only; any other family fails with EAFNOSUPPORT (``AF_VSOCK``
+   is not isolated by a network namespace: on a VM it reaches the host's services).
+6. ``clone3`` fails with **ENOSYS** (its flags are in memory a filter cannot read),
    so the C library falls back to ``clone``, which step 3 checks -- Docker does the same.
 
 Not denied (Docker allows them too): ``kill`` (signals
@@ -127,6 +139,7 @@ DENIED: dict[str, tuple[int | None, int | None]] = {
     "create_module": (174, None),
     "get_kernel_syms": (177, None),
     "query_module": (178, None),
+    "modify_ldt": (154, None),
 }
 #: Calls checked by argument: (x86_64, aarch64)
 CLONE = (56, 220)
@@ -139,6 +152,25 @@ NS_FLAGS_UNSHARE = NS_FLAGS_CLONE | 0x80  # and NEWTIME (in clone's flags 0x80 i
 CLONE_PARENT = 0x00008000
 PR_SET_CHILD_SUBREAPER = 36
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
+#: Calls that act on the caller only when their first argument (a pid or tid, a 32-bit ``pid_t``)
+#: is 0: with any other, EPERM -- so no process can change another's scheduling (PID 1's included).
+SELF_ONLY: dict[str, tuple[int, int]] = {
+    "sched_setaffinity": (203, 122),
+    "sched_setscheduler": (144, 119),
+    "sched_setparam": (142, 118),
+    "sched_setattr": (314, 274),
+}
+PRLIMIT64 = (302, 261)
+SETPRIORITY = (141, 140)
+IOPRIO_SET = (251, 30)
+PRIO_PROCESS = 0
+IOPRIO_WHO_PROCESS = 1
+SOCKET = (41, 198)
+SOCKETPAIR = (53, 199)
+#: The socket families a sandbox may create: Unix, IPv4, IPv6 (only loopback without ``network``)
+#: and netlink (``getaddrinfo`` and ``ip`` ask the kernel through it). Any other (``AF_VSOCK``, which
+#: no network namespace isolates, ``AF_PACKET``, ``AF_ALG``, ...) fails with EAFNOSUPPORT.
+SOCKET_FAMILIES = (1, 2, 10, 16)
 
 # classic BPF
 _LD_W_ABS = 0x20
@@ -149,7 +181,8 @@ _RET = 0x06
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
-_OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG1 = 0, 4, 16, 24  # struct seccomp_data; args' low words (little-endian)
+_OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG1, _OFF_ARG2 = 0, 4, 16, 24, 32  # struct seccomp_data: args' low words
+_OFF_ARG2_HI = 36  # (little-endian) and the high word of the third
 _INSN = struct.Struct("=HBBI")
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_MODE_FILTER = 2
@@ -201,12 +234,53 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
         _stmt(_RET, deny),
         _stmt(_RET, RET_ALLOW),
     ]
+    out += _others(col, deny)
     checks = []
     for value in PERSONALITIES:
         checks += [_jump(_JEQ, value, 0, 1), _stmt(_RET, RET_ALLOW)]
     checks.append(_stmt(_RET, deny))
     out += [_jump(_JEQ, PERSONALITY[col], 0, len(checks) + 1), _stmt(_LD_W_ABS, _OFF_ARG0), *checks]
     out.append(_stmt(_RET, RET_ALLOW))
+    return out
+
+
+def _others(col: int, deny: int) -> list[tuple[int, int, int, int]]:
+    """The checks that keep every process to itself: limits, priority, CPUs, I/O priority; and sockets.
+
+    Each block starts by comparing the call's number (in A) and ends in returns, so A holds the
+    number again for the block after it."""
+    allow = _stmt(_RET, RET_ALLOW)
+    out: list[tuple[int, int, int, int]] = []
+    for numbers in SELF_ONLY.values():  # pid 0 (the caller itself) or EPERM
+        out += [_jump(_JEQ, numbers[col], 0, 4), _stmt(_LD_W_ABS, _OFF_ARG0), _jump(_JEQ, 0, 1, 0), _stmt(_RET, deny)]
+        out.append(allow)
+    out += [  # prlimit64(pid, resource, new, old): another process's limits may be read, never set
+        _jump(_JEQ, PRLIMIT64[col], 0, 8),
+        _stmt(_LD_W_ABS, _OFF_ARG0),
+        _jump(_JEQ, 0, 5, 0),
+        _stmt(_LD_W_ABS, _OFF_ARG2),
+        _jump(_JEQ, 0, 0, 2),
+        _stmt(_LD_W_ABS, _OFF_ARG2_HI),
+        _jump(_JEQ, 0, 1, 0),
+        _stmt(_RET, deny),
+        allow,
+    ]
+    for nr, which in ((SETPRIORITY[col], PRIO_PROCESS), (IOPRIO_SET[col], IOPRIO_WHO_PROCESS)):
+        out += [  # (which, who): only the calling process itself (who 0), never a group or a user
+            _jump(_JEQ, nr, 0, 6),
+            _stmt(_LD_W_ABS, _OFF_ARG0),
+            _jump(_JEQ, which, 0, 2),
+            _stmt(_LD_W_ABS, _OFF_ARG1),
+            _jump(_JEQ, 0, 1, 0),
+            _stmt(_RET, deny),
+            allow,
+        ]
+    families = []
+    for family in SOCKET_FAMILIES:
+        families += [_jump(_JEQ, family, 0, 1), allow]
+    families.append(_stmt(_RET, RET_ERRNO | errno.EAFNOSUPPORT))
+    for nr in (SOCKET[col], SOCKETPAIR[col]):
+        out += [_jump(_JEQ, nr, 0, len(families) + 1), _stmt(_LD_W_ABS, _OFF_ARG0), *families]
     return out
 
 
