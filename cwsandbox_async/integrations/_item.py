@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .._types import ExecResult
     from ._split import HarnessVerdict
 
-__all__ = ["HARNESSES", "ItemSettings", "judge", "run_item"]
+__all__ = ["HARNESSES", "ItemSettings", "judge", "run_item", "run_item_with_result"]
 
 #: The harnesses a reward can run its programs under (see docs/outcomes.md).
 HARNESSES = ("split", "in_process")
@@ -83,6 +83,13 @@ async def run_item(
     Raises what the platform or the caller caused (an infrastructure error, a stopped
     sandbox, a bug); the program's own failures are verdicts.
     """
+    return (await run_item_with_result(sandbox, index, code, tests, settings))[0]
+
+
+async def run_item_with_result(
+    sandbox: Sandbox, index: int, code: str, tests: str | None, settings: ItemSettings
+) -> tuple[CompletionVerdict, ExecResult | None]:
+    """``run_item``, with the last run's ``ExecResult`` (``None`` if it left none)."""
     retries = 0
     timeout, cpu = settings.timeout_seconds, None
     while True:
@@ -105,20 +112,20 @@ async def run_item(
                     timeout, cpu = settings.starved_retry_timeout_seconds, settings.timeout_seconds
                     log.debug("reward item starved, retrying", index=index, retry=retries, error=exc.message)
                     continue
-                return from_result(index, partial, VerdictKind.STARVED, exc.message, retries=retries)
+                return from_result(index, partial, VerdictKind.STARVED, exc.message, retries=retries), partial
             if not programs_doing(exc):
                 raise
             reason = f"ran past its timeout of {timeout:g} s"
             if partial is None:
-                return CompletionVerdict(index, VerdictKind.TIMEOUT, 0.0, reason, retries=retries)
-            return from_result(index, partial, VerdictKind.TIMEOUT, reason, retries=retries)
+                return CompletionVerdict(index, VerdictKind.TIMEOUT, 0.0, reason, retries=retries), None
+            return from_result(index, partial, VerdictKind.TIMEOUT, reason, retries=retries), partial
         except SandboxError as exc:
             if not programs_doing(exc):
                 raise  # the platform's failure (None), or a caller mistake or bug (raised after the batch)
             reason = f"the program took its sandbox down: {exc.message}"
-            return CompletionVerdict(index, VerdictKind.ERROR_EXIT, 0.0, reason, retries=retries)
+            return CompletionVerdict(index, VerdictKind.ERROR_EXIT, 0.0, reason, retries=retries), None
         kind, reason = judge(run, result)
         if retries and kind is VerdictKind.CPU_BUDGET:
             kind = VerdictKind.TIMEOUT
             reason = f"used its {settings.timeout_seconds:g} s of CPU time on a retry (its first run was starved)"
-        return from_result(index, result, kind, reason, retries=retries)
+        return from_result(index, result, kind, reason, retries=retries), result

@@ -171,7 +171,7 @@ def _cwsandbox_split() -> None:
                     continue
                 if "exit" in msg:
                     self.ended = True
-                    raise Ended(f"the program ended its process (SystemExit({msg['exit']!r})) during a call")
+                    raise Ended(f"the program ended the process (SystemExit({msg['exit']})) before its tests finished")
                 if "x" in msg:
                     raise self.exception(msg["x"])
                 for index, value in msg.get("m", []):  # arguments the callee mutated
@@ -421,7 +421,7 @@ def _cwsandbox_split() -> None:
         del body
         first = peer.receive()
         if "exit" in first:
-            raise Ended(f"the program ended its process (SystemExit({first['exit']})) before its tests ran")
+            raise Ended(f"the program ended the process (SystemExit({first['exit']})) before its tests finished")
         if "x" in first:
             raise peer.exception(first["x"])
         namespace: dict[str, object] = {"__builtins__": builtins, "__name__": "__main__"}
@@ -441,6 +441,8 @@ def _cwsandbox_split() -> None:
     except Ended as exc:
         how = ended_how()
         kind, reason = "early_exit", f"the program ended its process{how} before its tests finished"
+        if "SystemExit" in str(exc):
+            reason = str(exc)
         if "64 MiB" in str(exc):
             kind, reason = "error_exit", f"the program sent {exc}"
     except BaseException as exc:

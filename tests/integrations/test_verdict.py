@@ -108,8 +108,10 @@ async def test_submit_solution_early_exit_fails(program_backend: Backend | str) 
             exited = await run_tool(sb, submit("import sys\nsys.exit(0)\n"), tests=TESTS)
             assert "ended the process (SystemExit(0)) before its tests finished" in exited.observation
             failed = await run_tool(sb, submit("print('trying')\n" + WRONG), tests=TESTS)
-            assert failed.observation.startswith("Tests failed.\nError (exit code 1):\ntrying\n")
-            assert 'File "tests.py", line 1' in failed.observation and "assert add(2, 3) == 5" in failed.observation
+            why = "Tests failed. Wrong answer: AssertionError at tests.py line 1: assert add(2, 3) == 5\n"
+            assert failed.observation.startswith(why) and "\ntrying\n" in failed.observation
+            assert 'File "tests.py", line 1' in failed.observation
+            assert failed.verdict is not None and failed.verdict.kind == "wrong_answer"
 
 
 # -- the harness itself -----------------------------------------------------------------------
