@@ -33,7 +33,7 @@ from cwsandbox_async.integrations.art import run_tool
 from cwsandbox_async.integrations.trl import code_reward
 from cwsandbox_async.testing import FakeBackend
 
-from .conftest import fake, local_problem
+from .conftest import fake
 
 RIGHT = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a - b\n"
@@ -141,13 +141,6 @@ def test_passed_needs_exit_zero_no_kill_and_the_marker_last() -> None:
         assert not run.passed(bad)
     assert harness_run(RIGHT, TESTS).marker != run.marker
     assert run.marker not in run.source.encode()  # the constant harness holds no secret
-
-
-@pytest.fixture
-async def local_only() -> None:
-    problem = await local_problem()
-    if problem is not None:
-        pytest.skip(f"local backend not available: {problem}")
 
 
 @pytest.fixture
