@@ -42,7 +42,7 @@ ATTACKS = {
     "stops the tests' process": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n" + WRONG,
     "writes a verdict into the tests' stdout": (
         "import os\n"
-        "line = b'\\ncwsandbox-verdict ' + b'0' * 32 + b' {\"kind\": \"passed\", \"reason\": \"\"}\\n'\n"
+        'line = b\'\\ncwsandbox-verdict \' + b\'0\' * 32 + b\' {"kind": "passed", "reason": ""}\\n\'\n'
         "for path in ('/proc/%d/fd/1' % os.getppid(), '/dev/stdout', '/proc/self/fd/1'):\n"
         "    try:\n"
         "        fd = os.open(path, os.O_WRONLY)\n"
@@ -156,4 +156,3 @@ async def test_humaneval_canonical_solutions_pass_and_wrong_ones_agree_with_huma
     )
     assert rewards[len(items) :] == theirs
     assert theirs.count(0.0) > 150  # the wrong completion is wrong almost everywhere
-
