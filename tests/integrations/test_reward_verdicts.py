@@ -9,8 +9,10 @@ loop is retried and ends as a timeout (0.0), the correct but slow program passes
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import anyio
 import pytest
@@ -141,3 +143,33 @@ async def test_under_overload_a_starved_loop_is_retried_to_zero_and_a_slow_corre
     stats = reward.last_stats
     assert stats is not None and (stats.starved_retried, stats.starved, stats.infra_failures) == (2, 0, 0)
     assert "2 retried after starving" in stats.line()
+
+
+async def test_the_worst_verdicts_go_to_wandb_as_a_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``verdict_table=N``: the N worst verdicts of each call, in a real offline W&B run, read back."""
+    wandb = pytest.importorskip("wandb")
+    from wandb_reader import read_history
+
+    for key in [k for k in os.environ if k.startswith("WANDB")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(project="cwsandbox-async-test", dir=str(tmp_path), reinit="create_new")
+    codes = [RIGHT, WRONG, "import os\nos._exit(0)\n", None]
+    reward = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=fake(), run=run, verdict_table=2)
+    off = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=fake(), run=run)  # the default: off
+    try:
+        for r in (reward, off):
+            await r(completions=[answer(c) for c in codes], tests=[TESTS] * len(codes))
+    finally:
+        await reward.aclose()
+        await off.aclose()
+    run.finish()
+    key = "cwsandbox/sandbox_reward/worst_verdicts"  # W&B flattens the table's reference under its key
+    rows = [row for row in read_history(run.settings.sync_file) if f"{key}/_type" in row]
+    assert len(rows) == 1, rows  # one call with the table on, none from the one with it off
+    assert rows[0][f"{key}/_type"] == "table-file" and rows[0][f"{key}/nrows"] == 2
+    table = json.loads((Path(run.dir) / rows[0][f"{key}/path"]).read_text())
+    assert table["columns"][:3] == ["index", "kind", "score"]
+    # worst first: the early exit, then the wrong answer (the pass and the no-code item are not the worst two)
+    assert [r[:3] for r in table["data"]] == [[2, "early_exit", 0.0], [1, "wrong_answer", 0.0]]
