@@ -37,6 +37,7 @@ import argparse
 import os
 import tempfile
 import time
+import warnings
 from typing import Any
 
 OFFLINE_HELP = """offline (a tiny random model, CPU only, under a minute):
@@ -128,6 +129,8 @@ def main() -> int:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # with weave installed (ART), wandb.init may prompt for a key
+    # TRL 1.16 calls transformers' deprecated is_gradient_checkpointing: not this example's to fix
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer

@@ -51,7 +51,7 @@ def sync_file(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_trl_example_offline_is_quiet(tmp_path: Path, local_only: None) -> None:
+def test_trl_example_offline_is_quiet(tmp_path: Path, local_backend: None) -> None:
     needs(*TRL)
     proc = run([str(ROOT / "examples" / "trl_grpo_integration.py")], tmp_path)
     assert "Completed 2 steps" in proc.stdout
@@ -60,7 +60,7 @@ def test_trl_example_offline_is_quiet(tmp_path: Path, local_only: None) -> None:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_trl_example_to_offline_wandb_has_the_documented_names_and_steps(tmp_path: Path, local_only: None) -> None:
+def test_trl_example_to_offline_wandb_has_the_documented_names_and_steps(tmp_path: Path, local_backend: None) -> None:
     needs(*TRL, "wandb")
     proc = run([str(ROOT / "examples" / "trl_grpo_integration.py"), "--report-to", "wandb"], tmp_path, wandb=True)
     assert warnings_in(proc) == []
@@ -97,7 +97,7 @@ ART_OFFLINE = ["--policy", "scripted", "--num-problems", "3", "--num-steps", "2"
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_art_example_offline_is_quiet_and_its_dry_run_is_honest(tmp_path: Path, local_only: None) -> None:
+def test_art_example_offline_is_quiet_and_its_dry_run_is_honest(tmp_path: Path, local_backend: None) -> None:
     needs(*ART)
     proc = run([str(ROOT / "examples" / "art" / "train.py"), *ART_OFFLINE], tmp_path)
     assert "Done." in proc.stdout and "Training skipped (scripted policy)" in proc.stdout
@@ -111,7 +111,7 @@ def test_art_example_offline_is_quiet_and_its_dry_run_is_honest(tmp_path: Path, 
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_art_example_to_offline_wandb_has_the_sandbox_metrics_at_its_steps(tmp_path: Path, local_only: None) -> None:
+def test_art_example_to_offline_wandb_has_the_sandbox_metrics_at_its_steps(tmp_path: Path, local_backend: None) -> None:
     needs(*ART, "wandb")
     proc = run(
         [str(ROOT / "examples" / "art" / "train.py"), *ART_OFFLINE, "--report-to", "wandb"], tmp_path, wandb=True
