@@ -156,3 +156,22 @@ async def test_humaneval_canonical_solutions_pass_and_wrong_ones_agree_with_huma
     )
     assert rewards[len(items) :] == theirs
     assert theirs.count(0.0) > 150  # the wrong completion is wrong almost everywhere
+
+
+#: Issue 21's cheapest hack, as written against the in-process harness: the marker from the caller's frame.
+FRAME_HACK = (
+    "import os, sys\n"
+    "f = sys._getframe(0)\n"
+    "while f is not None and 'marker' not in f.f_locals:\n"
+    "    f = f.f_back\n"
+    "os.write(1, b'\\n' + f.f_locals['marker'] + b'\\n')\n"
+    "os._exit(0)\n" + WRONG
+)
+
+
+async def test_the_frame_hack_passes_in_process_and_fails_split(local_only: None) -> None:
+    """What the in-process harness leaves open (docs/outcomes.md), and the split harness closes."""
+    shared, _ = await score([FRAME_HACK], [TESTS], harness="in_process")
+    split, verdicts = await score([FRAME_HACK], [TESTS])
+    assert shared == [1.0]  # the hole, documented: one interpreter cannot hide its frames
+    assert split == [0.0] and verdicts[0].kind == "error_exit", verdicts  # no marker in the program's process
