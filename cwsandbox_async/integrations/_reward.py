@@ -26,6 +26,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from .._errors import SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
@@ -195,8 +197,10 @@ class RewardCore:
         return out
 
     async def _run_one(self, source: SandboxSource, index: int, code: str, tests: str | None) -> CompletionVerdict:
-        async with source() as sandbox:
-            return await run_item(sandbox, index, code, tests, self.item)
+        # every log line of this item (the exec's timeout, a retry) names its completion
+        with structlog.contextvars.bound_contextvars(completion=index):
+            async with source() as sandbox:
+                return await run_item(sandbox, index, code, tests, self.item)
 
     def _deadline(self) -> float:
         """Each item's deadline: lease wait + its timeout, + each starved retry's wall budget, + slack."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
 from cwsandbox_async import SandboxValidationError, Session
@@ -53,7 +54,7 @@ async def test_every_completion_gets_its_verdict(local_only: None) -> None:
         on_verdicts=seen.append,
     )
     try:
-        with capture_logs() as logs, anyio.fail_after(180):
+        with capture_logs([merge_contextvars]) as logs, anyio.fail_after(180):
             rewards = await reward(completions=[answer(c) for c in BATCH.values()], tests=[TESTS] * len(BATCH))
     finally:
         await reward.aclose()
@@ -93,6 +94,8 @@ async def test_every_completion_gets_its_verdict(local_only: None) -> None:
     assert sorted(e["index"] for e in logged) == list(range(len(BATCH)))
     assert {e["index"]: e["kind"] for e in logged} == {v.index: str(v.kind) for v in reward.last_verdicts}
     assert all(e["log_level"] == "debug" for e in logged)
+    timed_out = [e for e in logs if e["event"] == "exec timed out"]  # the sandbox layer's own line
+    assert timed_out and all(e.get("completion") == 2 for e in timed_out), timed_out
 
 
 async def test_verdicts_on_the_fake_backend_and_a_bad_callback_setting() -> None:
