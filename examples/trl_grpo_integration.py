@@ -15,6 +15,14 @@ to those (plus end-of-text), so the sandboxes see real code, some of it right:
 
     python examples/trl_grpo_integration.py
     python examples/trl_grpo_integration.py --sync          # the sync reward (one persistent loop thread)
+    WANDB_MODE=offline python examples/trl_grpo_integration.py --report-to wandb   # an offline W&B run
+
+Where the numbers go with ``--report-to wandb``: TRL logs the rewards
+(``train/rewards/sandbox_tests/mean``) and the values the reward passes to its
+``log_metric`` (``train/cwsandbox/sandbox_tests/pass_rate``, ``.../timeouts``, ...) at
+``train/global_step``; the session's sandbox metrics (``cwsandbox/sandbox_tests/*``:
+execs, latencies, timeouts, OOM kills) are logged at ``cwsandbox/step``, the same
+step numbers.
 
 With a real model (needs the Hub or a local copy):
 
@@ -29,7 +37,14 @@ import argparse
 import os
 import tempfile
 import time
+import warnings
 from typing import Any
+
+OFFLINE_HELP = """offline (a tiny random model, CPU only, under a minute):
+  python examples/trl_grpo_integration.py
+with an offline W&B run (no key needed):
+  WANDB_MODE=offline python examples/trl_grpo_integration.py --report-to wandb
+"""
 
 SYSTEM_PROMPT = (
     "You solve coding problems by writing Python code. Put the code inside <answer> tags, "
@@ -92,18 +107,30 @@ def tiny_offline_model() -> tuple[Any, Any, list[int]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="TRL GRPO with rewards from cwsandbox_async sandboxes")
+    parser = argparse.ArgumentParser(
+        description="TRL GRPO with rewards from cwsandbox_async sandboxes",
+        epilog=OFFLINE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model", default=None, help="a model name or path (default: tiny offline model)")
     parser.add_argument("--max-steps", type=int, default=2)
     parser.add_argument("--backend", default="local", choices=["local", "kubernetes", "coreweave"])
     parser.add_argument("--sync", action="store_true", help="use the sync reward function (persistent loop thread)")
     parser.add_argument("--output-dir", default=None)
+    parser.add_argument(
+        "--report-to",
+        choices=["none", "wandb"],
+        default="none",
+        help="where TRL and the sandbox metrics go (wandb: the trainer's run; WANDB_MODE=offline needs no key)",
+    )
     args = parser.parse_args()
 
     if args.model is None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # with weave installed (ART), wandb.init may prompt for a key
+    # TRL 1.16 calls transformers' deprecated is_gradient_checkpointing: not this example's to fix
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer
@@ -142,6 +169,7 @@ def main() -> int:
         pool_size=4,
         backend=args.backend,
         defaults={"tags": ("example:trl-grpo",)},
+        report_to=None if args.report_to == "wandb" else [],  # None: the trainer's W&B run, once TRL opened it
     )
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="trl-grpo-")
     config = GRPOConfig(
@@ -155,7 +183,7 @@ def main() -> int:
         max_steps=args.max_steps,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=args.report_to,
         generation_kwargs=generation_kwargs or None,
     )
     trainer = GRPOTrainer(
@@ -167,7 +195,13 @@ def main() -> int:
         if "reward" in entry:
             mean = entry.get("rewards/sandbox_tests/mean", float("nan"))
             print(f"step {entry.get('step')}: reward {entry['reward']:.3f} (sandbox_tests mean {mean:.3f})")
-    reward.close()
+    reward.close()  # stops the sandboxes; their teardown metrics go to the run too
+    if args.report_to == "wandb":
+        import wandb
+
+        if wandb.run is not None:
+            print(f"W&B run: {wandb.run.settings.sync_file}")
+            wandb.run.finish()
     print(f"Completed {trainer.state.global_step} steps in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -132,7 +132,7 @@ def test_trl_grpo_two_steps_offline(local_backend: None, form: str) -> None:
     out = run_example(*args).stdout
     calls = re.findall(
         r"^\[CWSandbox\] Reward call (\d+) \(sandbox_tests\): (\d+) sandboxes, (\d+)/(\d+) passed, (\d+) skipped"
-        r" \(no code\)$",
+        r" \(no code\)",
         out,
         re.MULTILINE,
     )

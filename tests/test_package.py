@@ -62,12 +62,14 @@ PUBLIC_MODULES = {
         "code_reward",
         "code_reward_sync",
         "completion_text", "extract_code",
+        "CompletionVerdict", "VerdictCallback", "VerdictKind",
     ],
     "cwsandbox_async.integrations.art": [
         "ALL_TOOLS", "BASH_TOOL", "CODE_TOOLS", "EXECUTE_CODE_TOOL", "READ_FILE_TOOL", "SHELL_TOOLS",
         "SUBMIT_SOLUTION_TOOL", "WRITE_FILE_TOOL", "RolloutTimeoutError", "ToolCall", "ToolResult", "execute_tool",
         "parse_tool_call", "require_art", "run_tool", "sandbox_rollout", "to_responses_format", "tool_message",
         "wandb_run",
+        "CompletionVerdict", "VerdictKind",
     ],
     "cwsandbox_async.cli": ["EXIT_CODES", "main"],
 }  # fmt: skip

@@ -143,7 +143,15 @@ async def cmd_exec(args: argparse.Namespace) -> int:
         emit(args, result_doc(result, error, code), "")
     elif error is not None:
         print(f"cwsandbox-async: {error}", file=sys.stderr)
+    if result is not None and result.truncated and not args.json:  # --json says "truncated": true
+        print(f"cwsandbox-async: {truncation_message(defaults.max_output_bytes)}", file=sys.stderr)
     return code
+
+
+def truncation_message(cap: int) -> str:
+    """What the CLI says when a command's output passed the cap (``--max-output-bytes``)."""
+    size = f"{cap / 2**20:g} MiB" if cap % 2**10 == 0 and cap >= 2**20 else f"{cap} bytes"
+    return f"output truncated at {size} (--max-output-bytes); the command was killed"
 
 
 async def _pump(stream: Any, out: Any) -> None:

@@ -78,6 +78,39 @@ def duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse names the flag in its error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A positive int (argparse names the flag in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def cores(text: str) -> float:
+    """A positive number of CPU cores."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of cores: {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of cores, got {text}")
+    return value
+
+
 def key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -152,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run one command in a fresh sandbox, print its output, exit with its exit status; "
         "like Sandbox.exec, one argument is a shell command line (/bin/sh -c), several are argv",
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before the command is killed (default 60)")
+    p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the command is killed (default 60)")
     p.add_argument("--cwd", help="working directory inside the sandbox")
     p.add_argument("--env", action="append", type=key_value, default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--stdin", action="store_true", help="pass this program's stdin to the command")
@@ -166,11 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tag", action="append", default=[], help=f"tag the sandbox (besides {DEFAULT_TAG}); repeatable")
     p.add_argument("--network", action="store_true", help="give the sandbox network access")
-    p.add_argument("--memory-mib", type=int, help="memory limit")
-    p.add_argument("--pids", type=int, help="process limit")
-    p.add_argument("--cpu", type=float, help="CPU limit (cores)")
-    p.add_argument("--max-output-bytes", type=int, help="cap per stream (default 16 MiB)")
-    p.add_argument("--create-timeout", type=float, default=120.0, help="seconds to wait for the sandbox to start")
+    p.add_argument("--memory-mib", type=positive_int, help="memory limit")
+    p.add_argument("--pids", type=positive_int, help="process limit")
+    p.add_argument("--cpu", type=cores, help="CPU limit (cores)")
+    p.add_argument("--max-output-bytes", type=positive_int, help="cap per stream (default 16 MiB)")
+    p.add_argument("--create-timeout", type=seconds, default=120.0, help="seconds to wait for the sandbox to start")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]", help="the command to run")
 
     p = add("bench", "run the benchmark harness (python -m benchmarks; needs a source checkout)")

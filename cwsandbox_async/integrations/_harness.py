@@ -50,6 +50,8 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._split import HarnessVerdict
+
 if TYPE_CHECKING:
     from .._types import ExecResult
 
@@ -164,6 +166,18 @@ class HarnessRun:
             and not result.cpu_exceeded
             and result.stdout_bytes.endswith(self._suffix)
         )
+
+    def verdict(self, result: ExecResult) -> HarnessVerdict | None:
+        """The verdict's kind and reason, read from the exit and stderr (this harness writes no verdict line)."""
+        if self.passed(result):
+            return HarnessVerdict("passed", "")
+        err = result.stderr_bytes.decode("utf-8", errors="replace").strip()
+        last = err.splitlines()[-1] if err else ""
+        if result.returncode == 0 or "before its tests finished" in last:
+            return HarnessVerdict("early_exit", last or "the program ended its process before its tests finished")
+        if last.startswith("AssertionError"):
+            return HarnessVerdict("wrong_answer", last)
+        return HarnessVerdict("error_exit", last or f"exit code {result.returncode}")
 
     def output(self, result: ExecResult) -> str:
         """The program's stdout (decoded with replacement), without the marker the harness added."""

@@ -1,14 +1,18 @@
 """The scoring core behind the TRL reward functions: extract, run against the tests, 1.0 / 0.0 / None.
 
-Each program runs under the test harness (``_harness``): 1.0 needs the tests to
-have run to their end, so ending the process early scores 0.0. Outcomes map as:
+Each program runs under a test harness (``_split`` by default: the tests in a
+process the program cannot reach; ``_harness`` in-process): 1.0 needs the tests to
+have run to their end, so ending the process early scores 0.0. Every completion
+gets a ``CompletionVerdict`` (``_verdicts``: its kind, score, exit, times, stderr
+tail); outcomes map as:
 
 - the program's own outcome is a score: it failed, ran past its timeout, was
   OOM-killed, exceeded its CPU budget, or took its own sandbox down (a
   ``SandboxError`` with ``infrastructure=False``): 0.0;
+- a starved timeout is re-run (``_item``) before it is left unscored;
 - the platform's failure is ``None`` ("not scored"), counted in
-  ``infra_failures``: an infrastructure error, a wall timeout while the program
-  was starved of CPU (also counted in ``starved``), the item deadline;
+  ``infra_failures``: an infrastructure error, a program still starved after its
+  retries (also counted in ``starved``), the item deadline;
 - a caller mistake or a bug (any other exception) is logged at ERROR and raised
   once the whole batch has finished, never turned into a score.
 """
@@ -16,24 +20,28 @@ have run to their end, so ending the process early scores 0.0. Outcomes map as:
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
+import structlog
+
+from .._errors import SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
 from ..gatherer._outcome import OutcomeKind
 from ._extract import completion_text, extract_code
-from ._harness import harness_run
-from ._run import programs_doing, run_python
+from ._item import HARNESSES, ItemSettings, run_item
+from ._verdict_table import log_verdict_table
+from ._verdicts import CompletionVerdict, VerdictKind
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
     from .._session import Session
 
-__all__ = ["Extractor", "RewardCallStats", "RewardCore", "SandboxSource"]
+__all__ = ["Extractor", "RewardCallStats", "RewardCore", "SandboxSource", "VerdictCallback"]
 
 #: Turns a completion's text into code, or ``None`` when it holds none.
 Extractor = Callable[[str], "str | None"]
@@ -44,14 +52,18 @@ SandboxSource = Callable[[], AbstractAsyncContextManager["Sandbox"]]
 ITEM_DEADLINE_SLACK_SECONDS = 30.0
 #: Outcome kinds that mean "the platform could not reach a verdict": ``None``, counted as infra failures.
 _NOT_SCORED = frozenset({OutcomeKind.INFRA, OutcomeKind.STARVED, OutcomeKind.TIMEOUT, OutcomeKind.CANCELLED})
+#: Called once per reward call with every completion's verdict, in order.
+VerdictCallback = Callable[[Sequence[CompletionVerdict]], None]
 
 
 @dataclass(frozen=True, slots=True)
 class RewardCallStats:
     """What one reward call did. ``sandboxes`` programs ran; ``skipped`` completions had no code;
     ``infra_failures`` got ``None`` because the platform failed (or missed its deadline), ``starved``
-    of them because their wall timeout fired while they were starved of CPU; ``oom_killed``
-    programs were killed for their memory (scored 0.0). ``step`` is TRL's ``trainer_state.global_step``
+    of them because their wall timeout fired while others held the CPUs, on the first run and on
+    every retry; ``starved_retried`` items were re-run after a starved first run (whatever their
+    end); ``oom_killed`` programs were killed for their memory (scored 0.0). ``kinds`` counts every
+    completion's ``VerdictKind`` (by its string). ``step`` is TRL's ``trainer_state.global_step``
     during the call (completed steps); ``name`` the reward function's."""
 
     call: int
@@ -63,6 +75,12 @@ class RewardCallStats:
     starved: int = 0
     oom_killed: int = 0
     name: str = ""
+    starved_retried: int = 0
+    kinds: Mapping[str, int] = field(default_factory=dict)
+
+    def count(self, kind: VerdictKind) -> int:
+        """How many completions ended as ``kind``."""
+        return self.kinds.get(str(kind), 0)
 
     def line(self) -> str:
         """The familiar one-line summary, naming the reward (two in one trainer print different lines)."""
@@ -71,20 +89,26 @@ class RewardCallStats:
             f"[CWSandbox] Reward call {self.call}{named}: {self.sandboxes} sandboxes, "
             f"{self.passed}/{self.sandboxes} passed, {self.skipped} skipped (no code)"
         )
+        for kind, label in _LINE_LABELS:
+            if self.count(kind):
+                text += f", {self.count(kind)} {label}"
         if self.infra_failures:
             text += f", {self.infra_failures} infra failures (not scored"
             text += f"; {self.starved} starved of CPU)" if self.starved else ")"
-        if self.oom_killed:
-            text += f", {self.oom_killed} out of memory"
+        if self.starved_retried:
+            text += f", {self.starved_retried} retried after starving"
         return text
 
 
-@dataclass(frozen=True, slots=True)
-class _Scored:
-    """One program's verdict."""
-
-    score: float
-    oom_killed: bool
+#: The kinds the printed line counts, in order, and their words.
+_LINE_LABELS = (
+    (VerdictKind.WRONG_ANSWER, "wrong"),
+    (VerdictKind.ERROR_EXIT, "errors"),
+    (VerdictKind.EARLY_EXIT, "early exits"),
+    (VerdictKind.TIMEOUT, "timed out"),
+    (VerdictKind.CPU_BUDGET, "over CPU budget"),
+    (VerdictKind.OOM, "out of memory"),
+)
 
 
 def _tests_for(kwargs: Mapping[str, Any], column: str | None, n: int) -> list[str | None]:
@@ -121,21 +145,46 @@ class RewardCore:
         python: str,
         verbose: bool,
         name: str = "",
+        harness: str = "split",
+        starved_retries: int = 1,
+        starved_retry_timeout_seconds: float | None = None,
+        on_verdicts: VerdictCallback | None = None,
+        verdict_table: int = 0,
+        run: Any = None,
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
         if extractor is not None and not callable(extractor):
             raise SandboxValidationError("extractor must be a callable str -> str | None")
+        if harness not in HARNESSES:
+            raise SandboxValidationError(f"harness must be one of {', '.join(HARNESSES)}, got {harness!r}")
+        for what, n in (("starved_retries", starved_retries), ("verdict_table", verdict_table)):
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1000:
+                raise SandboxValidationError(f"{what} must be an int from 0 to 1000, got {n!r}")
+        if on_verdicts is not None and not callable(on_verdicts):
+            raise SandboxValidationError("on_verdicts must be a callable taking the list of verdicts")
         self.extractor: Extractor = extractor or extract_code
         self.tests_column = tests_column
         self.timeout_seconds = validate_timeout(timeout_seconds) or 0.0
         self.lease_timeout_seconds = validate_timeout(lease_timeout_seconds, "lease_timeout_seconds") or 0.0
+        retry = 4 * self.timeout_seconds if starved_retry_timeout_seconds is None else starved_retry_timeout_seconds
+        self.item = ItemSettings(
+            timeout_seconds=self.timeout_seconds,
+            python=python,
+            harness=harness,
+            starved_retries=starved_retries,
+            starved_retry_timeout_seconds=validate_timeout(retry, "starved_retry_timeout_seconds") or 0.0,
+        )
         self.limit = limit
         self.python = python
         self.verbose = verbose
         self.name = name
+        self.on_verdicts = on_verdicts
+        self.verdict_table = verdict_table
+        self.run = run
         self.calls = 0
         self.last_stats: RewardCallStats | None = None
+        self.last_verdicts: list[CompletionVerdict] = []
         self._last_flushed_step: int | None = None
 
     def programs(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, str | None] | None]:
@@ -147,32 +196,26 @@ class RewardCore:
             out.append(None if code is None or not code.strip() else (code, test))
         return out
 
-    async def _run_one(self, source: SandboxSource, code: str, tests: str | None) -> _Scored:
-        run = harness_run(code, tests)
-        async with source() as sandbox:
-            try:
-                result = await run_python(
-                    sandbox,
-                    run.source,
-                    stdin=run.stdin,
-                    timeout_seconds=self.timeout_seconds,
-                    python=self.python,
-                    exclusive=True,
-                )
-            except SandboxError as exc:
-                if not programs_doing(exc):
-                    raise  # the platform's failure (None), or a caller mistake or bug (raised after the batch)
-                # The program's own outcome: it ran past its timeout, or took its sandbox down with it.
-                partial = exc.result if isinstance(exc, SandboxTimeoutError) else None
-                return _Scored(0.0, partial is not None and partial.oom_killed)
-        return _Scored(1.0 if run.passed(result) else 0.0, result.oom_killed)
+    async def _run_one(self, source: SandboxSource, index: int, code: str, tests: str | None) -> CompletionVerdict:
+        # every log line of this item (the exec's timeout, a retry) names its completion
+        with structlog.contextvars.bound_contextvars(completion=index):
+            async with source() as sandbox:
+                return await run_item(sandbox, index, code, tests, self.item)
+
+    def _deadline(self) -> float:
+        """Each item's deadline: lease wait + its timeout, + each starved retry's wall budget, + slack."""
+        item = self.item
+        retries = item.starved_retries * item.starved_retry_timeout_seconds
+        return self.lease_timeout_seconds + self.timeout_seconds + retries + ITEM_DEADLINE_SLACK_SECONDS
 
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[float | None]:
         """Score a batch (see the module docstring): one ``1.0``/``0.0``/``None`` per completion, in order.
 
-        Raises the first unexpected error (a bug or caller mistake) after every item has finished.
+        Sets ``last_verdicts`` (one ``CompletionVerdict`` per completion) and ``last_stats``, then
+        calls ``on_verdicts``. Raises the first unexpected error (a bug or caller mistake) after every
+        item has finished.
         """
         from ..gatherer._gather import as_completed
 
@@ -181,42 +224,50 @@ class RewardCore:
         self.calls += 1
         call = self.calls
         programs = self.programs(completions, kwargs)
-        rewards: list[float | None] = [None] * len(programs)
+        verdicts: list[CompletionVerdict | None] = [
+            CompletionVerdict(i, VerdictKind.NO_CODE, None, "the completion holds no code") if p is None else None
+            for i, p in enumerate(programs)
+        ]
         todo = [(i, p) for i, p in enumerate(programs) if p is not None]
-        work = [functools.partial(self._run_one, source, *p) for _, p in todo]
-        infra = starved = oom = 0
+        work = [functools.partial(self._run_one, source, i, *p) for i, p in todo]
         bugs: list[BaseException] = []
         if work:
-            deadline = self.lease_timeout_seconds + self.timeout_seconds + ITEM_DEADLINE_SLACK_SECONDS
-            async with as_completed(work, limit=self.limit, timeout_seconds=deadline) as results:
+            async with as_completed(work, limit=self.limit, timeout_seconds=self._deadline()) as results:
                 async for outcome in results:
                     i = todo[outcome.index][0]
                     if outcome.value is not None:
-                        rewards[i] = outcome.value.score
-                        oom += outcome.value.oom_killed
+                        verdicts[i] = outcome.value
                     elif outcome.kind in _NOT_SCORED:
-                        infra += 1
-                        starved += outcome.kind is OutcomeKind.STARVED
+                        verdicts[i] = _not_scored(i, outcome.kind, outcome.error)
                         log.warning("reward not scored", index=i, kind=str(outcome.kind), error=repr(outcome.error))
                     else:
                         bugs.append(outcome.error or RuntimeError("reward item failed without an error"))
                         log.error("reward item failed unexpectedly", index=i, exc_info=outcome.error)
+        # An item that raised a bug has no verdict (its error is raised below); it is counted nowhere.
+        done = [v for v in verdicts if v is not None]
+        kinds = Counter(str(v.kind) for v in done)
         stats = RewardCallStats(
             call=call,
             sandboxes=len(work),
-            passed=sum(1 for r in rewards if r == 1.0),
-            skipped=len(programs) - len(work),
-            infra_failures=infra,
+            passed=kinds[VerdictKind.PASSED],
+            skipped=kinds[VerdictKind.NO_CODE],
+            infra_failures=kinds[VerdictKind.INFRASTRUCTURE] + kinds[VerdictKind.STARVED],
             step=self._step(kwargs),
-            starved=starved,
-            oom_killed=oom,
+            starved=kinds[VerdictKind.STARVED],
+            oom_killed=kinds[VerdictKind.OOM],
             name=self.name,
+            starved_retried=sum(1 for v in done if v.retries),
+            kinds=dict(kinds),
         )
-        self.last_stats = stats
+        self.last_stats, self.last_verdicts = stats, done
+        for v in done:
+            log.debug("reward verdict", call=call, **v.as_dict())
         self._report(stats, session, kwargs)
         if bugs:
             raise bugs[0]
-        return rewards
+        if self.on_verdicts is not None:
+            self.on_verdicts(list(done))
+        return [v.score if v is not None else None for v in verdicts]
 
     @staticmethod
     def _step(kwargs: Mapping[str, Any]) -> int | None:
@@ -235,6 +286,8 @@ class RewardCore:
             infra_failures=stats.infra_failures,
             starved=stats.starved,
             oom_killed=stats.oom_killed,
+            starved_retried=stats.starved_retried,
+            kinds=dict(stats.kinds),
             step=stats.step,
         )
         log_metric = kwargs.get("log_metric")
@@ -244,6 +297,8 @@ class RewardCore:
             log_metric(prefix + "infra_failures", float(stats.infra_failures))
             log_metric(prefix + "starved", float(stats.starved))
             log_metric(prefix + "oom_killed", float(stats.oom_killed))
+            log_metric(prefix + "timeouts", float(stats.count(VerdictKind.TIMEOUT)))
+            log_metric(prefix + "starved_retried", float(stats.starved_retried))
         total = stats.sandboxes + stats.skipped
         if callable(log_metric) and total:
             log_metric(prefix + "no_code_fraction", stats.skipped / total)
@@ -252,9 +307,20 @@ class RewardCore:
         # metrics of this call go to that same step. One flush per step: a second call within the
         # same step (steps_per_generation > 1, evaluation) folds into the next flush.
         flush_step = None if stats.step is None else stats.step + 1
+        if self.verdict_table:
+            log_verdict_table(self.run, prefix + "worst_verdicts", self.last_verdicts, self.verdict_table, flush_step)
         if session is not None and flush_step is not None and flush_step != self._last_flushed_step:
             self._last_flushed_step = flush_step
             try:
                 session.log_metrics(step=flush_step)
             except Exception as exc:  # metrics must never break a training step
                 log.warning("log_metrics failed", step=flush_step, error=repr(exc))
+
+
+def _not_scored(index: int, kind: OutcomeKind, error: BaseException | None) -> CompletionVerdict:
+    """The verdict of an item the platform could not judge (its outcome kind is in ``_NOT_SCORED``)."""
+    if kind is OutcomeKind.TIMEOUT:
+        return CompletionVerdict(index, VerdictKind.INFRASTRUCTURE, None, "missed the item deadline")
+    verdict_kind = VerdictKind.STARVED if kind is OutcomeKind.STARVED else VerdictKind.INFRASTRUCTURE
+    message = getattr(error, "message", None) or repr(error)
+    return CompletionVerdict(index, verdict_kind, None, str(message))

@@ -48,6 +48,7 @@ async def run_python(
     cwd: str | None = None,
     stdin: bytes | None = None,
     exclusive: bool = False,
+    cpu_seconds: float | None = None,
 ) -> ExecResult:
     """Run ``source`` with the sandbox's Python and return the result (a non-zero exit is a result).
 
@@ -59,15 +60,17 @@ async def run_python(
     ``SandboxTimeoutError`` when the program runs past ``timeout_seconds`` (not an
     infrastructure failure unless the program was starved of CPU; ``.result`` has
     its output so far), ``SandboxNotRunningError``/``SandboxTransportError`` when
-    the sandbox or its channel fails.
+    the sandbox or its channel fails. ``cpu_seconds``: a CPU-time budget (``Sandbox.exec``).
     """
     small = len(source.encode("utf-8", errors="surrogatepass")) <= INLINE_SOURCE_LIMIT and "\x00" not in source
     if small and python == "python3":
         return await sandbox.run_python(
-            source, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin, exclusive=exclusive
+            source, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin, exclusive=exclusive, cpu_seconds=cpu_seconds
         )
     argv = [python, "-c", source]
     if not small:
         argv = [python, f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"]
         await sandbox.write_file(argv[1], source)
-    return await sandbox.exec(argv, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin, exclusive=exclusive)
+    return await sandbox.exec(
+        argv, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin, exclusive=exclusive, cpu_seconds=cpu_seconds
+    )

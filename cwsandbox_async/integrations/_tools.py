@@ -7,10 +7,11 @@ failures raise: a sandbox that died for outside reasons, a broken transport, a
 command starved of CPU by others (``SandboxError`` with ``infrastructure`` True),
 so a rollout on a broken sandbox fails instead of teaching the model a fake lesson.
 
-``submit_solution`` runs the code and the tests under the test harness
-(``_harness``): it passes only if the tests ran to their end, so a submission
-that ends the process early (``os._exit(0)``, ``sys.exit(0)``, an ``atexit`` hook)
-fails. The run is ``exclusive``: processes the episode left running are killed
+``submit_solution`` runs the code and the tests under the split harness
+(``_split``: the tests in their own process, calling the code across a pipe): it
+passes only if the tests ran to their end, so a submission that ends the process
+early (``os._exit(0)``, ``sys.exit(0)``, an ``atexit`` hook) fails; its
+``ToolResult.verdict`` says why. The run is ``exclusive``: processes the episode left running are killed
 first, so they cannot write into its output.
 """
 
@@ -24,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import SandboxError, SandboxFileError, SandboxTimeoutError, SandboxValidationError
 from ._extract import clean_text
-from ._harness import harness_run
+from ._item import ItemSettings, run_item_with_result
 from ._run import programs_doing, run_python
+from ._verdicts import CompletionVerdict, VerdictKind
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -130,7 +132,8 @@ class ToolResult:
 
     ``ok`` is False when the call was malformed or its command failed, timed out or
     hit a file error. ``submitted`` is True for ``submit_solution``; ``passed`` tells
-    whether the submission passed its tests (None for other tools).
+    whether the submission passed its tests (None for other tools), and ``verdict`` why
+    (its ``CompletionVerdict``: kind, reason, exit code, times, stderr tail).
     """
 
     name: str
@@ -139,6 +142,7 @@ class ToolResult:
     submitted: bool = False
     passed: bool | None = None
     timed_out: bool = False
+    verdict: CompletionVerdict | None = None
 
 
 def parse_tool_call(tool_call: Any) -> ToolCall:
@@ -288,14 +292,35 @@ async def run_tool(
 
 
 async def _submit(sandbox: Sandbox, code: str, tests: str, timeout_seconds: float, python: str) -> ToolResult:
-    """Run ``code`` then ``tests`` under the harness; passed only if the tests ran to their end."""
-    run = harness_run(code, tests, explain=True)  # the model reads the traceback
-    result = await run_python(
-        sandbox, run.source, stdin=run.stdin, timeout_seconds=timeout_seconds, python=python, exclusive=True
+    """Run ``code`` against ``tests`` under the split harness; passed only if the tests ran to their end.
+
+    A starved run is re-run once (``_item``); one still starved raises ``SandboxTimeoutError``
+    (infrastructure), as any platform failure does.
+    """
+    settings = ItemSettings(
+        timeout_seconds=timeout_seconds, python=python, starved_retry_timeout_seconds=4 * timeout_seconds
     )
-    passed = run.passed(result)
-    text = "All tests passed." if passed else "Tests failed.\n" + _exec_observation(result, stdout=run.output(result))
-    return ToolResult("submit_solution", _clip(text), passed, submitted=True, passed=passed)
+    verdict, result = await run_item_with_result(sandbox, 0, code, tests, settings)
+    if verdict.kind is VerdictKind.STARVED:
+        raise SandboxTimeoutError(verdict.reason, sandbox_id=verdict.sandbox_id, result=result, infrastructure=True)
+    passed = verdict.kind is VerdictKind.PASSED
+    if passed:
+        text = "All tests passed."
+    else:
+        text = f"Tests failed. {verdict.kind.value.replace('_', ' ').capitalize()}: {verdict.reason}"
+    if not passed and result is not None:
+        details = "\n".join(s for s in (result.stderr.rstrip(), _output(result)) if s)
+        text += f"\n{details}" if details else ""
+    timed_out = verdict.kind is VerdictKind.TIMEOUT
+    return ToolResult(
+        "submit_solution", _clip(text), passed, submitted=True, passed=passed, timed_out=timed_out, verdict=verdict
+    )
+
+
+def _output(result: ExecResult) -> str:
+    """The tests' own prints (the verdict line is the harness's, not the model's business)."""
+    out = result.stdout.rstrip()
+    return out[: out.rfind("\ncwsandbox-verdict ")] if "\ncwsandbox-verdict " in out else out
 
 
 async def execute_tool(

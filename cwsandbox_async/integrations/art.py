@@ -7,6 +7,8 @@ This module imports without ``art`` installed; only ``require_art`` and
   rollout to its end, and swallows ``CancelledError`` when ``max_exceptions > 0``).
   ``sandbox_rollout`` therefore enforces the rollout's own deadline and releases
   its sandbox in its own ``async with``, whatever happens.
+- ``submit_solution`` gives a ``ToolResult`` whose ``verdict`` (a ``CompletionVerdict``)
+  says why it passed or failed, as ``code_reward``'s ``last_verdicts`` do.
 - Tool calls run with ``execute_tool`` / ``run_tool``: the model's mistakes come
   back as observations (``Error: command timed out after 30 seconds``), platform
   failures raise so ART counts the rollout as an exception, not a zero reward.
@@ -64,6 +66,7 @@ from ._tools import (
     run_tool,
     to_responses_format,
 )
+from ._verdicts import CompletionVerdict, VerdictKind
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -72,6 +75,7 @@ __all__ = [
     "ALL_TOOLS",
     "BASH_TOOL",
     "CODE_TOOLS",
+    "CompletionVerdict",
     "EXECUTE_CODE_TOOL",
     "READ_FILE_TOOL",
     "SHELL_TOOLS",
@@ -80,6 +84,7 @@ __all__ = [
     "RolloutTimeoutError",
     "ToolCall",
     "ToolResult",
+    "VerdictKind",
     "execute_tool",
     "parse_tool_call",
     "require_art",

@@ -9,16 +9,18 @@ Per completion: the code is taken from ``<answer>...</answer>`` or a
 ```` ```python ```` fence (or your ``extractor``), and runs in a fresh sandbox
 followed by the dataset column named by ``tests_column`` (a str or list of str,
 e.g. MBPP's ``test_list``), under a harness that checks the tests ran to their
-end (``_harness``: ending the process early, even with exit code 0, is a
-failure; tests signal failure by raising, e.g. ``assert``). The reward is
+end (``_split``: the tests run in their own process, which the program cannot
+reach, and call the program's functions across a pipe with plain data; ending
+the process early, even with exit code 0, is a failure; tests signal failure by
+raising, e.g. ``assert``). The reward is
 
 - ``1.0`` if the program and its tests ran to their end and exited 0;
 - ``0.0`` if they failed, ended the process early, ran past ``timeout_seconds``,
   were killed for their memory (OOM) or took their own sandbox down;
 - ``None`` if the completion has no code, or if no verdict could be reached
   because the platform failed (``outcome.infra_failure``: a sandbox died for
-  outside reasons, the backend broke, the program was starved of CPU by others,
-  the lease or item deadline passed). TRL turns ``None`` into NaN, "not
+  outside reasons, the backend broke, the program was starved of CPU by others
+  on its first run and on every retry, the lease or item deadline passed). TRL turns ``None`` into NaN, "not
   applicable", so a broken sandbox is never read as a wrong answer.
 
 A caller mistake or a bug (an unexpected exception) is raised after the batch
@@ -27,8 +29,9 @@ finished, never turned into a score. See ``docs/outcomes.md``.
 Each call prints ``[CWSandbox] Reward call N (<name>): X sandboxes, Y/X passed, Z
 skipped (no code)`` (plus infra failures, starved and OOM counts when there are
 any; ``verbose=False`` silences it) and passes ``cwsandbox/<name>/*`` values
-(pass_rate, no_code_fraction, infra_failures, starved, oom_killed) to TRL's
-``log_metric``. When TRL passes ``trainer_state``, it also flushes the session's
+(pass_rate, no_code_fraction, infra_failures, starved, starved_retried, timeouts,
+oom_killed) to TRL's ``log_metric``, which TRL logs as ``train/cwsandbox/<name>/*``.
+When TRL passes ``trainer_state``, it also flushes the session's
 sandbox metrics (``Session.log_metrics``; to W&B when a run is active or ``run=``
 is given) as ``cwsandbox/<name>/*`` at ``cwsandbox/step`` = ``global_step + 1``:
 the ``train/global_step`` TRL logs the same rewards at. The ``name`` keeps two
@@ -41,8 +44,15 @@ loop and kept) or ``code_reward_sync(...)`` (for callers without a loop: one
 persistent loop thread owns the Session and pool; never ``asyncio.run`` per call).
 Both close at interpreter exit; call ``aclose()`` / ``close()`` to close earlier.
 
+Every completion gets a ``CompletionVerdict`` (its index, kind: passed, wrong_answer,
+error_exit, early_exit, timeout, cpu_budget, oom, no_code, starved, infrastructure;
+score, exit code, wall and CPU seconds, stderr tail): ``last_verdicts`` after each
+call, ``on_verdicts=`` as a callback, a DEBUG log line each, and their kinds
+counted in the printed line. A starved timeout is re-run (``starved_retries``)
+before it is left unscored.
+
 ``code_reward`` returns a plain ``async def`` function (carrying ``aclose``,
-``close``, ``calls``, ``last_stats`` and ``handle`` as attributes), not an object
+``close``, ``calls``, ``last_stats``, ``last_verdicts`` and ``handle`` as attributes), not an object
 with an async ``__call__``: TRL before 1.14 detects async rewards with
 ``inspect.iscoroutinefunction``, which is False for such an object, and would
 iterate the coroutine instead of awaiting it. Every TRL from 1.0 on awaits a
@@ -69,7 +79,8 @@ from .._types import SandboxDefaults
 from ..backends import BACKENDS
 from ._bridge import HOST_CLOSE_TIMEOUT_SECONDS, LoopThread, SessionHost, start_detached
 from ._extract import completion_text, extract_code
-from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource
+from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource, VerdictCallback
+from ._verdicts import CompletionVerdict, VerdictKind
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -77,10 +88,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncCodeReward",
     "CodeReward",
+    "CompletionVerdict",
     "Extractor",
     "RewardCallStats",
     "RewardSettings",
     "SyncCodeReward",
+    "VerdictCallback",
+    "VerdictKind",
     "code_reward",
     "code_reward_sync",
     "completion_text",
@@ -101,6 +115,14 @@ class RewardSettings:
       ``pool_max_size`` (default ``max(pool_size, limit)``); a lease waits at most
       ``lease_timeout_seconds``.
     - ``python``: the interpreter the harness runs under; ``verbose``: print one line per call.
+    - ``harness``: ``"split"`` (default: the tests run in a process the program cannot reach and call
+      it across a pipe with plain data) or ``"in_process"`` (tests that must look inside the
+      program's module; see docs/outcomes.md for what each leaves open).
+    - ``starved_retries``: how many times a timeout classed as starved is re-run (default 1), each
+      with ``timeout_seconds`` of CPU time within ``starved_retry_timeout_seconds`` of wall time
+      (default 4 x ``timeout_seconds``), before the item is left unscored.
+    - ``on_verdicts``: called after each call with every completion's ``CompletionVerdict``;
+      ``verdict_table``: log the N worst verdicts of each call as a W&B table (0: off).
     - ``defaults``, ``backend``, ``backend_options``, ``report_to``, ``run``: for the ``Session``.
 
     Bad settings raise ``SandboxValidationError`` when the reward is made, not mid-training.
@@ -116,6 +138,11 @@ class RewardSettings:
     lease_timeout_seconds: float = 60.0
     python: str = "python3"
     verbose: bool = True
+    harness: str = "split"
+    starved_retries: int = 1
+    starved_retry_timeout_seconds: float | None = None
+    on_verdicts: VerdictCallback | None = None
+    verdict_table: int = 0
     defaults: SandboxDefaults | Mapping[str, Any] | None = None
     backend: Any = "local"
     backend_options: Mapping[str, Any] | None = None
@@ -168,6 +195,12 @@ class _Base:
             python=s.python,
             verbose=s.verbose,
             name=s.name,
+            harness=s.harness,
+            starved_retries=s.starved_retries,
+            starved_retry_timeout_seconds=s.starved_retry_timeout_seconds,
+            on_verdicts=s.on_verdicts,
+            verdict_table=s.verdict_table,
+            run=s.run,
         )
         self._pool_size = s.pool_size
         self._pool_max_size = s.pool_max_size if s.pool_max_size is not None else max(s.pool_size, s.limit)
@@ -194,6 +227,11 @@ class _Base:
         """What the last call did (None before the first)."""
         return self._core.last_stats
 
+    @property
+    def last_verdicts(self) -> list[CompletionVerdict]:
+        """The last call's ``CompletionVerdict`` per completion, in order (empty before the first)."""
+        return self._core.last_verdicts
+
     def _new_host(self) -> SessionHost:
         return SessionHost(
             lambda: Session(**self._session_args), pool_size=self._pool_size, pool_max_size=self._pool_max_size
@@ -216,13 +254,14 @@ class _Base:
 class AsyncCodeReward(Protocol):
     """What ``code_reward`` returns: an ``async def`` function with a few attributes.
 
-    ``calls`` and ``last_stats`` are refreshed when each call returns (or fails);
+    ``calls``, ``last_stats`` and ``last_verdicts`` are refreshed when each call returns (or fails);
     ``handle`` is the ``CodeReward`` behind the function (its session and settings).
     """
 
     __name__: str
     calls: int
     last_stats: RewardCallStats | None
+    last_verdicts: list[CompletionVerdict]
     handle: CodeReward
 
     async def __call__(
@@ -290,14 +329,14 @@ class CodeReward(_Base):
             try:
                 return await handle(prompts, completions, **kwargs)
             finally:
-                fn.calls, fn.last_stats = handle.calls, handle.last_stats
+                fn.calls, fn.last_stats, fn.last_verdicts = handle.calls, handle.last_stats, handle.last_verdicts
 
         reward.__name__ = reward.__qualname__ = self.__name__
         reward.__doc__ = f"Sandbox reward {self.__name__!r}: 1.0 passed, 0.0 failed, None no code / infra failure."
         # A function object takes attributes; the Protocol says which (mypy cannot see them set).
         fn = cast(AsyncCodeReward, reward)
         fn.handle = self
-        fn.calls, fn.last_stats = self.calls, self.last_stats
+        fn.calls, fn.last_stats, fn.last_verdicts = self.calls, self.last_stats, self.last_verdicts
         fn.aclose = self.aclose
         fn.close = self.close
         return fn

@@ -138,6 +138,9 @@ async def rollout(
                 if result.submitted:
                     traj.metadata["submitted"] = True
                     traj.reward = 1.0 if result.passed else 0.0
+                    if result.verdict is not None:  # why it scored what it did
+                        traj.metadata["verdict"] = str(result.verdict.kind)
+                        traj.log(f"verdict: {result.verdict.kind} ({result.verdict.reason})")
                     return
 
     try:

@@ -10,6 +10,10 @@ Offline, no GPU, no API key (a deterministic scripted policy; nothing is trained
 
     python examples/art/train.py --policy scripted --num-problems 3 --num-steps 2
 
+The same, with the sandbox metrics in an offline W&B run (``wandb sync`` it later):
+
+    WANDB_MODE=offline python examples/art/train.py --policy scripted --num-problems 3 --num-steps 2 --report-to wandb
+
 Real training (ART's LocalBackend needs a GPU; Tinker needs TINKER_API_KEY):
 
     python examples/art/train.py --backend tinker --base-model Qwen/Qwen3-8B --num-steps 5
@@ -42,8 +46,19 @@ DEFAULT_BASE_MODEL = "Qwen/Qwen3-8B"
 PolicyFactory = Callable[[Problem, int, int], tuple[Policy, dict[str, Any]]]
 
 
+OFFLINE_HELP = """offline, no GPU, no API key (a scripted policy; nothing is trained):
+  python examples/art/train.py --policy scripted --num-problems 3 --num-steps 2
+with the sandbox metrics in an offline W&B run:
+  WANDB_MODE=offline python examples/art/train.py --policy scripted --num-problems 3 --num-steps 2 --report-to wandb
+"""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train on HumanEval/MBPP with ART and cwsandbox_async sandboxes")
+    p = argparse.ArgumentParser(
+        description="Train on HumanEval/MBPP with ART and cwsandbox_async sandboxes",
+        epilog=OFFLINE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--backend", choices=["local", "tinker"], default="local", help="ART training backend")
     p.add_argument("--model", default=None, help=f"inference model name (default: ART's model, or {DEFAULT_MODEL})")
     p.add_argument("--base-model", default=DEFAULT_BASE_MODEL, help="base model to train")
@@ -60,6 +75,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sandbox-backend", choices=["local", "kubernetes"], default="local")
     p.add_argument("--max-exceptions", type=float, default=0.1, help="count, or fraction in (0,1), per step")
     p.add_argument("--max-turns", type=int, default=10)
+    p.add_argument(
+        "--report-to",
+        choices=["none", "wandb"],
+        default="none",
+        help="where the sandbox metrics go: nowhere (default) or W&B (ART's run; a run of its own when scripted; "
+        "WANDB_MODE=offline works without a key)",
+    )
     return p.parse_args(argv)
 
 
@@ -123,10 +145,31 @@ def create_backend(name: str) -> Any:
     return LocalBackend()
 
 
+def art_version() -> str:
+    """The installed openpipe-art's version (ART 0.5 has no ``art.__version__``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("openpipe-art")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
+def open_run(args: argparse.Namespace, model: Any) -> Any:
+    """The W&B run for ``--report-to wandb`` (None for ``none``): ART's when training, else one of its own."""
+    if args.report_to == "none":
+        return None
+    if model is not None:
+        return wandb_run(model)  # ART's W&B run (raises if W&B is wanted but unusable)
+    import wandb
+
+    return wandb.init(project=args.project, name=args.run_name, reinit="create_new")
+
+
 async def validate(args: argparse.Namespace, problems: list[Problem]) -> None:
     """--dry-run: ART imports, problems load, and a sandbox runs a known solution."""
-    art = require_art()
-    print(f"ART {getattr(art, '__version__', '?')} imported")
+    require_art()
+    print(f"ART {art_version()} imported")
     async with cwa.Session(backend=args.sandbox_backend) as session, session.sandbox() as sb:
         call = {"name": "execute_code", "arguments": {"code": problems[0].solution + "\nprint('ok')"}}
         result = await run_tool(sb, call)
@@ -149,6 +192,7 @@ async def main(args: argparse.Namespace) -> int:
         ("Steps", args.num_steps),
         ("Trajectories per problem", args.trajectories_per_problem),
         ("Project / run", f"{args.project} / {args.run_name}"),
+        ("Report to", args.report_to),
     ]:
         print(f"{label}: {value}")
     problems = load_problems(args.dataset, args.num_problems)
@@ -173,14 +217,14 @@ async def main(args: argparse.Namespace) -> int:
         else:
             client = model.openai_client()
         policies = openai_policies(client, args.model or model.get_inference_name())
-        run = wandb_run(model)  # ART's W&B run (None when W&B is off; raises if W&B is wanted but unusable)
+    run = open_run(args, model)
 
     config = RolloutConfig(max_turns=args.max_turns)
     concurrent = len(problems) * args.trajectories_per_problem
     defaults = cwa.SandboxDefaults(tags=("example:art", f"run:{args.run_name}"))
     try:
         async with (
-            cwa.Session(defaults, backend=args.sandbox_backend, run=run) as session,
+            cwa.Session(defaults, backend=args.sandbox_backend, run=run, report_to=None if run else []) as session,
             cwa.SandboxPool(session, size=min(concurrent, 32), max_size=max(concurrent, 1)) as pool,
         ):
             start = await model.get_step() if model is not None else 0
@@ -214,6 +258,9 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         if backend is not None:
             await backend.close()
+        if run is not None and model is None:  # our own run (ART finishes its own)
+            print(f"W&B run: {run.settings.sync_file}")
+            run.finish()
     print("\nDone.")
     return 0
 

@@ -43,6 +43,14 @@ async def local_problem() -> str | None:
         return str(exc)
 
 
+@pytest.fixture
+async def local_only() -> None:
+    """Skip (with the reason) where the local backend cannot run a sandbox."""
+    problem = await local_problem()
+    if problem is not None:
+        pytest.skip(f"local backend not available: {problem}")
+
+
 @pytest.fixture(params=["fake", "local"])
 def backend_name(request: pytest.FixtureRequest) -> str:
     name: str = request.param

@@ -34,7 +34,7 @@ max_output_bytes   the driver stops reading the pipe and has the command killed 
 =================  ==============================================================
 
 ``backend.limits`` says what enforced each limit for the last sandbox created.
-The local backend has no images: ``SandboxDefaults.image`` is ignored (logged once).
+The local backend has no images: ``SandboxDefaults.image`` is ignored (a WARNING once per backend).
 It needs the asyncio event loop.
 """
 
@@ -212,7 +212,10 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
             raise SandboxValidationError("working_dir cannot be / on the local backend")
         if spec.defaults.image and not self._image_logged:
             self._image_logged = True
-            log.info("the local backend has no images; image ignored", image=spec.defaults.image)
+            log.warning(  # once per backend (a session's own): it runs the host's root view, read-only
+                "the local backend has no images: image ignored, sandboxes see the host's root file system",
+                image=spec.defaults.image,
+            )
         found = await self._ensure_probe()
         await self.reap_for(spec.defaults.tags)  # once per tag set: leftovers of dead drivers of this kind
         box = Box(spec)

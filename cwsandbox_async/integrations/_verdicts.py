@@ -1,0 +1,119 @@
+"""Why each completion scored what it did: ``CompletionVerdict``, one per completion of a reward call.
+
+``code_reward`` keeps the last call's verdicts in ``last_verdicts`` (beside
+``last_stats``), passes them to ``on_verdicts``, logs each at DEBUG with its
+completion index, and counts their kinds in the printed line. The kinds:
+
+========================  =====  ==========================================================
+kind                      score  what happened
+========================  =====  ==========================================================
+``passed``                1.0    the program and its tests ran to their end
+``wrong_answer``          0.0    a test failed (an ``assert``, or a test raised)
+``error_exit``            0.0    the program raised, exited non-zero, or killed the harness
+``early_exit``            0.0    the program ended its process before its tests finished
+``timeout``               0.0    it ran past ``timeout_seconds`` (not starved, or starved
+                                 and it used its CPU time on a retry)
+``cpu_budget``            0.0    it exceeded a CPU budget (``Resources.cpu_seconds``)
+``oom``                   0.0    it was killed for its memory
+``no_code``               None   the completion holds no code
+``starved``               None   its timeout fired while others held the CPUs, and still
+                                 did on every retry: not scored
+``infrastructure``        None   the platform failed (a sandbox died for outside reasons,
+                                 the backend broke, the item deadline passed)
+========================  =====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._types import ExecResult
+
+__all__ = ["STDERR_TAIL_CHARS", "CompletionVerdict", "VerdictKind", "from_result"]
+
+#: How much of a program's stderr a verdict keeps (its end).
+STDERR_TAIL_CHARS = 500
+
+
+class VerdictKind(enum.StrEnum):
+    """How one completion's program ended (see the module docstring)."""
+
+    PASSED = "passed"
+    WRONG_ANSWER = "wrong_answer"
+    ERROR_EXIT = "error_exit"
+    EARLY_EXIT = "early_exit"
+    TIMEOUT = "timeout"
+    CPU_BUDGET = "cpu_budget"
+    OOM = "oom"
+    NO_CODE = "no_code"
+    STARVED = "starved"
+    INFRASTRUCTURE = "infrastructure"
+
+    @property
+    def scored(self) -> bool:
+        """Whether the kind gets a score (1.0 / 0.0); ``no_code``, ``starved`` and ``infrastructure`` get None."""
+        return self not in (VerdictKind.NO_CODE, VerdictKind.STARVED, VerdictKind.INFRASTRUCTURE)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionVerdict:
+    """One completion's verdict. ``index``: its position in the batch; ``score``: what the reward returned.
+
+    ``exit_code``, ``wall_seconds``, ``cpu_seconds`` are the last run's (``None`` when no program
+    ran or the run left no result); ``stderr_tail`` its last ``STDERR_TAIL_CHARS`` characters;
+    ``retries`` how many times a starved run was re-run; ``cases`` per-test-case detail from judges
+    that report it (empty for assert-style tests).
+    """
+
+    index: int
+    kind: VerdictKind
+    score: float | None
+    reason: str = ""
+    exit_code: int | None = None
+    wall_seconds: float | None = None
+    cpu_seconds: float | None = None
+    stderr_tail: str = ""
+    retries: int = 0
+    sandbox_id: str | None = None
+    cases: tuple[object, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain data (for logs and tables); ``kind`` as its string."""
+        return {
+            "index": self.index,
+            "kind": str(self.kind),
+            "score": self.score,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "wall_seconds": self.wall_seconds,
+            "cpu_seconds": self.cpu_seconds,
+            "stderr_tail": self.stderr_tail,
+            "retries": self.retries,
+        }
+
+
+def tail(data: bytes) -> str:
+    """The end of a program's stderr, decoded with replacement."""
+    return data[-STDERR_TAIL_CHARS * 4 :].decode("utf-8", errors="replace")[-STDERR_TAIL_CHARS:]
+
+
+def from_result(
+    index: int, result: ExecResult, kind: VerdictKind, reason: str, *, retries: int = 0
+) -> CompletionVerdict:
+    """A verdict of ``kind`` with the facts of ``result``; the score follows from the kind."""
+    score = None if not kind.scored else (1.0 if kind is VerdictKind.PASSED else 0.0)
+    return CompletionVerdict(
+        index=index,
+        kind=kind,
+        score=score,
+        reason=reason,
+        exit_code=result.returncode,
+        wall_seconds=result.wall_seconds,
+        cpu_seconds=result.cpu_seconds,
+        stderr_tail=tail(result.stderr_bytes),
+        retries=retries,
+        sandbox_id=result.sandbox_id,
+    )
