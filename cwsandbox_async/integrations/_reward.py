@@ -16,7 +16,7 @@ have run to their end, so ending the process early scores 0.0. Outcomes map as:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
 from ..gatherer._outcome import OutcomeKind
+from ..judge._reward import JudgeItem, JudgeOptions, JudgeScoring
 from ._extract import completion_text, extract_code
 from ._harness import harness_run
 from ._run import programs_doing, run_python
@@ -121,6 +122,7 @@ class RewardCore:
         python: str,
         verbose: bool,
         name: str = "",
+        judge: JudgeOptions | None = None,
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
@@ -134,6 +136,8 @@ class RewardCore:
         self.python = python
         self.verbose = verbose
         self.name = name
+        #: With ``judge``, completions are judged against the row's test cases (``judge._reward``).
+        self.judging = JudgeScoring(judge) if judge is not None else None
         self.calls = 0
         self.last_stats: RewardCallStats | None = None
         self._last_flushed_step: int | None = None
@@ -167,6 +171,15 @@ class RewardCore:
                 return _Scored(0.0, partial is not None and partial.oom_killed)
         return _Scored(1.0 if run.passed(result) else 0.0, result.oom_killed)
 
+    async def _judge_one(self, source: SandboxSource, session: Session | None, item: JudgeItem) -> _Scored:
+        """The judge's score; no verdict (a case starved or the platform failed) is an infrastructure failure."""
+        assert self.judging is not None and session is not None
+        async with source() as sandbox:
+            result = await self.judging.judge(session, sandbox, item)
+        if result.score is None:
+            raise SandboxError(f"the judge reached no verdict ({result.verdict.value})", infrastructure=True)
+        return _Scored(result.score, any(c.verdict.value == "memory_limit" for c in result.cases))
+
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[float | None]:
@@ -180,17 +193,25 @@ class RewardCore:
             raise SandboxValidationError("completions must be a list (one entry per completion)")
         self.calls += 1
         call = self.calls
-        programs = self.programs(completions, kwargs)
-        rewards: list[float | None] = [None] * len(programs)
-        todo = [(i, p) for i, p in enumerate(programs) if p is not None]
-        work = [functools.partial(self._run_one, source, *p) for _, p in todo]
+        work: list[Callable[[], Awaitable[_Scored]]]
+        if self.judging is not None:
+            items = self.judging.items([completion_text(c) for c in completions], kwargs, self.tests_column)
+            index = [i for i, item in enumerate(items) if item is not None]
+            work = [functools.partial(self._judge_one, source, session, item) for item in items if item is not None]
+            total = len(items)
+        else:
+            programs = self.programs(completions, kwargs)
+            index = [i for i, p in enumerate(programs) if p is not None]
+            work = [functools.partial(self._run_one, source, *p) for p in programs if p is not None]
+            total = len(programs)
+        rewards: list[float | None] = [None] * total
         infra = starved = oom = 0
         bugs: list[BaseException] = []
         if work:
             deadline = self.lease_timeout_seconds + self.timeout_seconds + ITEM_DEADLINE_SLACK_SECONDS
             async with as_completed(work, limit=self.limit, timeout_seconds=deadline) as results:
                 async for outcome in results:
-                    i = todo[outcome.index][0]
+                    i = index[outcome.index]
                     if outcome.value is not None:
                         rewards[i] = outcome.value.score
                         oom += outcome.value.oom_killed
@@ -205,7 +226,7 @@ class RewardCore:
             call=call,
             sandboxes=len(work),
             passed=sum(1 for r in rewards if r == 1.0),
-            skipped=len(programs) - len(work),
+            skipped=total - len(work),
             infra_failures=infra,
             step=self._step(kwargs),
             starved=starved,

@@ -69,6 +69,7 @@ from .._types import SandboxDefaults
 from ..backends import BACKENDS
 from ._bridge import HOST_CLOSE_TIMEOUT_SECONDS, LoopThread, SessionHost, start_detached
 from ._extract import completion_text, extract_code
+from ..judge._reward import JudgeOptions
 from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ class RewardSettings:
       ``pool_max_size`` (default ``max(pool_size, limit)``); a lease waits at most
       ``lease_timeout_seconds``.
     - ``python``: the interpreter the harness runs under; ``verbose``: print one line per call.
+    - ``judge``: a ``JudgeOptions`` to judge each completion against its row's test cases
+      (stdin/stdout or call-based; APPS/TACO, CodeContests, LiveCodeBench columns, or the
+      ``tests_column``), in the language of ``judge.language_column``, the fence, or
+      ``judge.language``; the reward is the judge's score (``docs/judge.md``).
     - ``defaults``, ``backend``, ``backend_options``, ``report_to``, ``run``: for the ``Session``.
 
     Bad settings raise ``SandboxValidationError`` when the reward is made, not mid-training.
@@ -121,6 +126,7 @@ class RewardSettings:
     backend_options: Mapping[str, Any] | None = None
     report_to: Sequence[str] | None = None
     run: Any = None
+    judge: JudgeOptions | None = None
 
 
 P = ParamSpec("P")
@@ -168,6 +174,7 @@ class _Base:
             python=s.python,
             verbose=s.verbose,
             name=s.name,
+            judge=s.judge,
         )
         self._pool_size = s.pool_size
         self._pool_max_size = s.pool_max_size if s.pool_max_size is not None else max(s.pool_size, s.limit)

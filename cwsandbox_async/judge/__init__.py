@@ -13,6 +13,7 @@ from ._datasets import from_apps, from_asserts, from_codecontests, from_livecode
 from ._judge import Judge
 from ._languages import LANGUAGES, Language, get_language, register_language
 from ._problem import Problem
+from ._reward import JudgeOptions
 from ._types import CaseResult, JudgeError, JudgeResult, Limits, TestCase, ToolchainError, Verdict
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Checker",
     "Judge",
     "JudgeError",
+    "JudgeOptions",
     "JudgeResult",
     "Language",
     "Limits",
