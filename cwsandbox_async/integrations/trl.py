@@ -67,9 +67,9 @@ from .._log import log
 from .._session import Session
 from .._types import SandboxDefaults
 from ..backends import BACKENDS
+from ..judge._reward import JudgeOptions
 from ._bridge import HOST_CLOSE_TIMEOUT_SECONDS, LoopThread, SessionHost, start_detached
 from ._extract import completion_text, extract_code
-from ..judge._reward import JudgeOptions
 from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The judge behind the bundled rewards (``code_reward(judge=JudgeOptions(...))``): rows to problems, completions to code.
+"""The judge behind the bundled rewards (``code_reward(judge=JudgeOptions(...))``): rows to problems.
 
 Per completion, TRL passes every dataset column (one value per completion). The row's test cases
 are read from its columns by shape:

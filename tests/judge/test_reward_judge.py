@@ -70,6 +70,11 @@ async def test_code_reward_judges_codecontests_columns(local_backend: None) -> N
         # C++ passes all three cases; the Python one subtracts: only "0 0" is right (1 of 3).
         assert rewards == [1.0, pytest.approx(1 / 3), None]
         stats = reward.last_stats
-        assert stats is not None and (stats.sandboxes, stats.passed, stats.skipped, stats.infra_failures) == (2, 1, 1, 0)
+        assert stats is not None and (stats.sandboxes, stats.passed, stats.skipped, stats.infra_failures) == (
+            2,
+            1,
+            1,
+            0,
+        )
     finally:
         await reward.aclose()
