@@ -43,6 +43,8 @@ __all__ = ["CACHE_DIR", "Judge"]
 #: Per-sandbox cache (Go's build cache), kept across the judgements of one sandbox.
 CACHE_DIR = "/tmp/cwsandbox-judge-cache"
 _TOOLCHAINS = ToolchainCache()
+#: The compile step's wall limit, as a multiple of its CPU limit (``compile_seconds``).
+COMPILE_WALL_FACTOR = 1.5
 #: A case suspected of being starved is re-run alone with this many times its wall limit.
 RERUN_WALL_FACTOR = 4.0
 _MIB = 1024 * 1024
@@ -167,16 +169,14 @@ class Judge:
             raise SandboxValidationError("call-based cases need language 'python' and an fn_name")
         lim = limits or self.limits
         async with self._sandbox(sandbox) as sb:
+            _check_room(sb, lang, lim)
             await self._toolchain(lang, sb)
             result = await self._judge_in(sb, source, lang, cases, lim, fn_name if call else None)
         self._record(result)
         return result
 
     def _record(self, result: JudgeResult) -> None:
-        metrics = self.session.metrics
-        recorder = getattr(metrics, "judge_verdict", None)
-        if recorder is None:
-            return
+        recorder = self.session.metrics.judge_verdict
         recorder("completions", 1)
         recorder(f"completion_{result.verdict.value}", 1)
         for kind, n in result.counts().items():
@@ -228,7 +228,7 @@ class Judge:
                 cwd=work,
                 env=env,
                 time_seconds=lang.compile_seconds,
-                wall_seconds=lang.compile_seconds * 2,
+                wall_seconds=lang.compile_seconds * COMPILE_WALL_FACTOR + 1.0,
                 memory_bytes=None,
                 output_bytes=64 * 1024,
                 stderr_bytes=8 * 1024,
@@ -382,6 +382,23 @@ class Judge:
         else:
             ok = compare_text(mode, r.stdout, expected_bytes(case.expected), rel_tol=self.rel_tol, abs_tol=self.abs_tol)
         return CaseResult(i, case.name, Verdict.ACCEPTED if ok else Verdict.WRONG_ANSWER, **facts)
+
+
+#: Memory the runner and a case's own overhead need in the sandbox beyond the case's limit.
+ROOM_MIB = 64
+
+
+def _check_room(sb: Sandbox, lang: Language, lim: Limits) -> None:
+    """``SandboxValidationError`` when the sandbox's own limits leave no room for the case's."""
+    res = sb.defaults.resources
+    need = lim.memory_mib + lang.memory_extra_mib + ROOM_MIB
+    if res.memory_mib is not None and res.memory_mib < need:
+        raise SandboxValidationError(
+            f"the sandbox's memory limit ({res.memory_mib} MiB) must be at least the case's limit plus "
+            f"{lang.memory_extra_mib + ROOM_MIB} MiB ({need} MiB) for {lang.name}"
+        )
+    if res.pids is not None and res.pids < lang.min_pids:
+        raise SandboxValidationError(f"{lang.name} needs Resources.pids >= {lang.min_pids}, the sandbox has {res.pids}")
 
 
 def _expected_text(case: TestCase) -> bytes:

@@ -61,6 +61,8 @@ class Language:
     - ``oom_markers``: texts on stderr that mean the program ran out of memory (a failed
       allocation ends it with a runtime error otherwise).
     - ``aliases``: other names that find this entry (fence tags, dataset spellings).
+    - ``min_pids``: the smallest ``Resources.pids`` its compiler and runtime work with (their
+      threads count); a sandbox with fewer is refused before anything runs.
     """
 
     name: str
@@ -74,6 +76,7 @@ class Language:
     memory_extra_mib: int = 0
     oom_markers: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    min_pids: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -112,7 +115,7 @@ _BUILTIN = (
         ),
         run=("python3", "-I", "{src}"),
         version=("python3", "--version"),
-        compile_seconds=15.0,
+        compile_seconds=10.0,
         oom_markers=("MemoryError",),
         aliases=("python3", "py", "py3", "pypy", "pypy3"),
     ),
@@ -165,6 +168,7 @@ _BUILTIN = (
         memory_extra_mib=96,
         oom_markers=("java.lang.OutOfMemoryError",),
         aliases=("java8", "java11", "java17", "java21"),
+        min_pids=64,
     ),
     Language(
         name="javascript",
@@ -197,6 +201,7 @@ _BUILTIN = (
         compile_seconds=60.0,
         oom_markers=("runtime: out of memory",),
         aliases=("golang",),
+        min_pids=64,
     ),
     Language(
         name="rust",

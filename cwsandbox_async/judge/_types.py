@@ -101,15 +101,16 @@ class Limits:
     - ``memory_mib``: resident memory of the case's tree (plus the language's
       ``memory_extra_mib``), sampled every ``sample_seconds`` and checked against every
       process's peak at the end: ``MEMORY_LIMIT``. The sandbox's own memory limit must be higher.
-    - ``output_mib``: stdout kept per case (more is ``WRONG_ANSWER``); ``stderr_bytes``: the
-      tail of stderr kept per case (for the verdict's detail).
+    - ``output_mib``: stdout kept per case (more is ``WRONG_ANSWER``; raised to twice the
+      expected output when that is larger); ``stderr_bytes``: the tail of stderr kept per case
+      (for the verdict's detail).
     """
 
     time_seconds: float = 2.0
     memory_mib: int = 256
     wall_factor: float = 2.0
     wall_extra_seconds: float = 1.0
-    output_mib: float = 4.0
+    output_mib: float = 1.0
     stderr_bytes: int = 2048
     sample_seconds: float = 0.005
 

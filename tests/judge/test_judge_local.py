@@ -198,6 +198,12 @@ async def test_bad_input_is_a_typed_error(local_session: cwa.Session) -> None:
         await judge.judge("x", "cpp", from_apps({"input_output": {"fn_name": "f", "inputs": [[1]], "outputs": [1]}}))
     with pytest.raises(cwa.SandboxValidationError):
         Limits(time_seconds=0)
+    async with local_session.sandbox(resources=cwa.Resources(memory_mib=200, pids=32)) as small:
+        with pytest.raises(cwa.SandboxValidationError, match="memory limit"):
+            await judge.judge(ADD, "python", [TestCase("1 1\n", "2\n")], sandbox=small, limits=Limits(memory_mib=256))
+        with pytest.raises(cwa.SandboxValidationError, match="pids"):
+            await judge.judge("class Main {}", "java", [TestCase("", "")], sandbox=small, limits=Limits(memory_mib=32))
+        assert small.exec_stats["exec_count"] == 0  # refused before anything ran
 
 
 async def test_verdict_counts_reach_the_session_metrics(local_session: cwa.Session, sb: cwa.Sandbox) -> None:

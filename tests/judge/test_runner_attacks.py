@@ -5,12 +5,13 @@ Each test is the attack a protection stops; removing the protection makes it fai
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
 
 import cwsandbox_async as cwa
-from cwsandbox_async.judge import Judge, Limits, TestCase, Verdict
+from cwsandbox_async.judge import Judge, Limits, TestCase, Verdict, get_language
 
 LIMITS = Limits(time_seconds=0.5, memory_mib=128)
 
@@ -98,7 +99,9 @@ async def test_stopping_the_runner_is_a_time_limit_not_infrastructure(
 ) -> None:
     stopper = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
     judge = Judge(local_session, limits=Limits(time_seconds=0.2, memory_mib=128, wall_extra_seconds=0.2))
-    result = await judge.judge(stopper, "python", [TestCase("", "5\n")], sandbox=sb)
+    # No compile step: the exec's deadline is then the cases' wall limits plus the runner's slack only.
+    python = dataclasses.replace(get_language("python"), name="python-uncompiled", compile=None)
+    result = await judge.judge(stopper, python, [TestCase("", "5\n")], sandbox=sb)
     assert [c.verdict for c in result.cases] == [Verdict.TIME_LIMIT]
     assert result.score == 0.0
 

@@ -185,14 +185,24 @@ def kill_all(root):
 
     Returns (CPU seconds, largest ``ru_maxrss`` in bytes, the wait status of ``root`` if it was reaped here)."""
     cpu, maxrss, status = 0.0, 0, None
-    try:
-        os.killpg(root, signal.SIGKILL)
-    except OSError:
-        pass
+    own = os.getpgrp()
     for _ in range(2000):
+        # A whole process group at once (the kernel does not let a member fork past it), then every
+        # process found below the runner, and the groups of those that left the case's group.
+        try:
+            os.killpg(root, signal.SIGKILL)
+        except OSError:
+            pass
+        groups = {root}
         for pid in tree(root):
             try:
                 os.kill(pid, signal.SIGKILL)
+                groups.add(os.getpgid(pid))
+            except OSError:
+                pass
+        for group in groups - {own}:
+            try:
+                os.killpg(group, signal.SIGKILL)
             except OSError:
                 pass
         reaped = False
@@ -239,6 +249,13 @@ def run_case(job, data):
     poller = select.poll()
     for fd in open_fds:
         poller.register(fd, select.POLLIN)
+    exited = -1  # a pidfd wakes the loop the moment the case's main process ends
+    if hasattr(os, "pidfd_open"):
+        try:
+            exited = os.pidfd_open(pid)
+            poller.register(exited, select.POLLIN)
+        except OSError:
+            exited = -1
     next_sample = began + every
 
     def finish(st=None):
@@ -277,6 +294,11 @@ def run_case(job, data):
                 break  # something outside the tree holds a pipe: stop reading
             timeout = min(0.05, drain_until - now)
         for fd, _ev in poller.poll(timeout * 1000):
+            if fd == exited:
+                poller.unregister(fd)
+                os.close(fd)
+                exited = -1
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 poller.unregister(fd)
@@ -295,6 +317,8 @@ def run_case(job, data):
                     del err[:-tail]
     for fd in open_fds:
         os.close(fd)
+    if exited >= 0:
+        os.close(exited)
     wall_used = time.monotonic() - began
     truncated = len(out) > cap
     del out[cap:]
