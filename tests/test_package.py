@@ -70,6 +70,11 @@ PUBLIC_MODULES = {
         "wandb_run",
     ],
     "cwsandbox_async.cli": ["EXIT_CODES", "main"],
+    "cwsandbox_async.judge": [
+        "COMPARE_MODES", "LANGUAGES", "CaseResult", "Checker", "Judge", "JudgeError", "JudgeOptions", "JudgeResult",
+        "Language", "Limits", "Problem", "TestCase", "ToolchainError", "Verdict", "from_apps", "from_asserts",
+        "from_codecontests", "from_livecodebench", "from_taco", "get_language", "register_language",
+    ],
 }  # fmt: skip
 
 
