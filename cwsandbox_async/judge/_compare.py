@@ -96,7 +96,7 @@ def _plain(value: Any) -> Any:
 
 def _values_equal(got: Any, want: Any, close: Callable[[float, float], bool] | None) -> bool:
     if isinstance(got, bool) or isinstance(want, bool):
-        return got is want if isinstance(got, bool) and isinstance(want, bool) else bool(got == want)
+        return isinstance(got, bool) and isinstance(want, bool) and got is want  # True is not 1
     if close is not None and isinstance(got, (int, float)) and isinstance(want, (int, float)):
         return got == want or (math.isfinite(got) and math.isfinite(want) and close(float(got), float(want)))
     if isinstance(got, list) and isinstance(want, list):
