@@ -21,7 +21,7 @@ def test_all_is_sorted_and_complete() -> None:
     for name in cwa.__all__:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
-    subpackages = {"backends", "cli", "gatherer", "integrations", "metrics", "pool", "reporters", "testing"}
+    subpackages = {"backends", "cli", "gatherer", "integrations", "judge", "metrics", "pool", "reporters", "testing"}
     leaked = public - set(cwa.__all__) - subpackages  # no stray `annotations` (a __future__ import) either
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
 
