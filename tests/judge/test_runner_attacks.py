@@ -113,3 +113,28 @@ async def test_a_fork_bomb_is_contained_and_the_next_case_runs(local_session: cw
     result = await judge.judge(bomb, "python", [TestCase("bomb\n", "5\n"), TestCase("ok\n", "5\n")], sandbox=sb)
     assert result.cases[0].verdict in (Verdict.TIME_LIMIT, Verdict.MEMORY_LIMIT)
     assert result.cases[1].verdict is Verdict.ACCEPTED
+
+
+async def test_a_sandbox_killed_from_outside_is_not_scored(local_session: cwa.Session) -> None:
+    """The platform's failure (the sandbox's process killed from the host mid-judgement): no verdict, no score."""
+    import os
+    import signal
+
+    import anyio
+
+    judge = Judge(local_session, limits=Limits(time_seconds=2, memory_mib=128))
+    async with local_session.sandbox() as box:
+        await judge.check_toolchains(["python"], sandbox=box)
+        pid = local_session.backend._boxes[box.sandbox_id].pid  # type: ignore[attr-defined]
+
+        async def kill_soon() -> None:
+            await anyio.sleep(0.5)
+            os.kill(pid, signal.SIGKILL)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_soon)
+            result = await judge.judge(
+                "import time\ntime.sleep(1.5)\nprint(1)\n", "python", [TestCase("", "1\n")] * 2, sandbox=box
+            )
+    assert [c.verdict for c in result.cases] == [Verdict.INFRASTRUCTURE] * 2, result.cases
+    assert result.score is None and result.infrastructure
