@@ -214,3 +214,14 @@ async def test_verdict_counts_reach_the_session_metrics(local_session: cwa.Sessi
     assert after["cwsandbox/judge_accepted"] - before.get("accepted", 0) == 1
     assert after["cwsandbox/judge_wrong_answer"] - before.get("wrong_answer", 0) == 1
     assert after["cwsandbox/judge_completions"] - before.get("completions", 0) == 1
+
+
+async def test_judging_in_fresh_sandboxes_leaves_nothing_behind(local_session: cwa.Session) -> None:
+    from tests.local.conftest import child_pids, open_fds
+
+    judge = Judge(local_session, limits=Limits(time_seconds=0.3, memory_mib=128))
+    await judge.judge(ADD, "python", [TestCase("1 2\n", "3\n")])  # the backend's long-lived parts exist now
+    before = (set(local_session.sandboxes), open_fds(), child_pids())
+    for source in (ADD, "def f(:\n", "while True: pass\n", "import os\nos.fork() or os.fork()\nprint(3)\n"):
+        await judge.judge(source, "python", [TestCase("1 2\n", "3\n")])  # a fresh sandbox each, stopped after
+    assert (set(local_session.sandboxes), open_fds(), child_pids()) == before
