@@ -21,7 +21,7 @@ def test_all_is_sorted_and_complete() -> None:
     for name in cwa.__all__:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
-    subpackages = {"backends", "cli", "gatherer", "integrations", "metrics", "pool", "reporters", "testing"}
+    subpackages = {"backends", "cli", "gatherer", "integrations", "judge", "metrics", "pool", "reporters", "testing"}
     leaked = public - set(cwa.__all__) - subpackages  # no stray `annotations` (a __future__ import) either
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
 
@@ -72,6 +72,11 @@ PUBLIC_MODULES = {
         "CompletionVerdict", "VerdictKind",
     ],
     "cwsandbox_async.cli": ["EXIT_CODES", "main"],
+    "cwsandbox_async.judge": [
+        "COMPARE_MODES", "LANGUAGES", "CaseResult", "Checker", "Judge", "JudgeError", "JudgeOptions", "JudgeResult",
+        "Language", "Limits", "Problem", "TestCase", "ToolchainError", "Verdict", "from_apps", "from_asserts",
+        "from_codecontests", "from_livecodebench", "from_taco", "get_language", "register_language",
+    ],
 }  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,10 +32,11 @@ from .._errors import SandboxValidationError
 from .._log import log
 from .._validate import validate_timeout
 from ..gatherer._outcome import OutcomeKind
+from ..judge._reward import JudgeItem, JudgeOptions, JudgeScoring
 from ._extract import completion_text, extract_code
 from ._item import HARNESSES, ItemSettings, run_item
 from ._verdict_table import log_verdict_table
-from ._verdicts import CompletionVerdict, VerdictKind
+from ._verdicts import CompletionVerdict, VerdictKind, judged_verdict
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -108,6 +109,8 @@ _LINE_LABELS = (
     (VerdictKind.TIMEOUT, "timed out"),
     (VerdictKind.CPU_BUDGET, "over CPU budget"),
     (VerdictKind.OOM, "out of memory"),
+    (VerdictKind.COMPILE_ERROR, "compile errors"),
+    (VerdictKind.PARTIAL, "partly passed"),
 )
 
 
@@ -151,6 +154,7 @@ class RewardCore:
         on_verdicts: VerdictCallback | None = None,
         verdict_table: int = 0,
         run: Any = None,
+        judge: JudgeOptions | None = None,
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise SandboxValidationError(f"limit must be a positive int, got {limit!r}")
@@ -182,6 +186,8 @@ class RewardCore:
         self.on_verdicts = on_verdicts
         self.verdict_table = verdict_table
         self.run = run
+        #: With ``judge``, completions are judged against the row's test cases (``judge._reward``).
+        self.judging = JudgeScoring(judge) if judge is not None else None
         self.calls = 0
         self.last_stats: RewardCallStats | None = None
         self.last_verdicts: list[CompletionVerdict] = []
@@ -208,6 +214,16 @@ class RewardCore:
         retries = item.starved_retries * item.starved_retry_timeout_seconds
         return self.lease_timeout_seconds + self.timeout_seconds + retries + ITEM_DEADLINE_SLACK_SECONDS
 
+    async def _judge_one(
+        self, source: SandboxSource, session: Session | None, index: int, item: JudgeItem
+    ) -> CompletionVerdict:
+        """The judge's verdict as a completion's: its score, kind, and every test case in ``cases``."""
+        assert self.judging is not None and session is not None
+        with structlog.contextvars.bound_contextvars(completion=index):
+            async with source() as sandbox:
+                result = await self.judging.judge(session, sandbox, item)
+        return judged_verdict(index, result, sandbox.sandbox_id)
+
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[float | None]:
@@ -223,18 +239,34 @@ class RewardCore:
             raise SandboxValidationError("completions must be a list (one entry per completion)")
         self.calls += 1
         call = self.calls
-        programs = self.programs(completions, kwargs)
-        verdicts: list[CompletionVerdict | None] = [
-            CompletionVerdict(i, VerdictKind.NO_CODE, None, "the completion holds no code") if p is None else None
-            for i, p in enumerate(programs)
-        ]
-        todo = [(i, p) for i, p in enumerate(programs) if p is not None]
-        work = [functools.partial(self._run_one, source, i, *p) for i, p in todo]
+        work: list[Callable[[], Awaitable[CompletionVerdict]]]
+        if self.judging is not None:
+            items = self.judging.items([completion_text(c) for c in completions], kwargs, self.tests_column)
+            verdicts: list[CompletionVerdict | None] = [
+                CompletionVerdict(i, VerdictKind.NO_CODE, None, "the completion holds no code or no test cases")
+                if item is None
+                else None
+                for i, item in enumerate(items)
+            ]
+            index = [i for i, item in enumerate(items) if item is not None]
+            work = [
+                functools.partial(self._judge_one, source, session, i, item)
+                for i, item in enumerate(items)
+                if item is not None
+            ]
+        else:
+            programs = self.programs(completions, kwargs)
+            verdicts = [
+                CompletionVerdict(i, VerdictKind.NO_CODE, None, "the completion holds no code") if p is None else None
+                for i, p in enumerate(programs)
+            ]
+            index = [i for i, p in enumerate(programs) if p is not None]
+            work = [functools.partial(self._run_one, source, i, *p) for i, p in enumerate(programs) if p is not None]
         bugs: list[BaseException] = []
         if work:
             async with as_completed(work, limit=self.limit, timeout_seconds=self._deadline()) as results:
                 async for outcome in results:
-                    i = todo[outcome.index][0]
+                    i = index[outcome.index]
                     if outcome.value is not None:
                         verdicts[i] = outcome.value
                     elif outcome.kind in _NOT_SCORED:

@@ -15,6 +15,8 @@ kind                      score  what happened
                                  and it used its CPU time on a retry)
 ``cpu_budget``            0.0    it exceeded a CPU budget (``Resources.cpu_seconds``)
 ``oom``                   0.0    it was killed for its memory
+``compile_error``         0.0    (judged) its source did not compile
+``partial``               0..1   (judged, ``score="fraction"``) some test cases failed
 ``no_code``               None   the completion holds no code
 ``starved``               None   its timeout fired while others held the CPUs, and still
                                  did on every retry: not scored
@@ -31,8 +33,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .._types import ExecResult
+    from ..judge._types import JudgeResult
 
-__all__ = ["STDERR_TAIL_CHARS", "CompletionVerdict", "VerdictKind", "from_result"]
+__all__ = ["STDERR_TAIL_CHARS", "CompletionVerdict", "VerdictKind", "from_result", "judged_verdict"]
 
 #: How much of a program's stderr a verdict keeps (its end).
 STDERR_TAIL_CHARS = 500
@@ -48,6 +51,8 @@ class VerdictKind(enum.StrEnum):
     TIMEOUT = "timeout"
     CPU_BUDGET = "cpu_budget"
     OOM = "oom"
+    COMPILE_ERROR = "compile_error"
+    PARTIAL = "partial"
     NO_CODE = "no_code"
     STARVED = "starved"
     INFRASTRUCTURE = "infrastructure"
@@ -116,4 +121,46 @@ def from_result(
         stderr_tail=tail(result.stderr_bytes),
         retries=retries,
         sandbox_id=result.sandbox_id,
+    )
+
+
+def _judged_kind(result: JudgeResult) -> VerdictKind:
+    from ..judge._types import Verdict
+
+    if result.score is None:
+        return VerdictKind.STARVED if result.verdict is Verdict.STARVED else VerdictKind.INFRASTRUCTURE
+    if result.verdict is Verdict.ACCEPTED:
+        return VerdictKind.PASSED if result.score == 1.0 else VerdictKind.PARTIAL
+    if result.score > 0.0:
+        return VerdictKind.PARTIAL
+    return {
+        Verdict.WRONG_ANSWER: VerdictKind.WRONG_ANSWER,
+        Verdict.TIME_LIMIT: VerdictKind.TIMEOUT,
+        Verdict.MEMORY_LIMIT: VerdictKind.OOM,
+        Verdict.COMPILE_ERROR: VerdictKind.COMPILE_ERROR,
+    }.get(result.verdict, VerdictKind.ERROR_EXIT)
+
+
+def judged_verdict(index: int, result: JudgeResult, sandbox_id: str | None) -> CompletionVerdict:
+    """A judge's result as a completion's verdict: the judge's score, a kind from its overall verdict,
+    the first failing case's facts, and every case in ``cases``."""
+    from ..judge._types import Verdict
+
+    failing = next((c for c in result.cases if c.verdict is not Verdict.ACCEPTED), None)
+    reason = f"{result.verdict.value}: {result.passed}/{len(result.cases)} test cases accepted"
+    if result.verdict is Verdict.COMPILE_ERROR:
+        reason = "compile error"
+    elif failing is not None and failing.detail:
+        reason += f"; case {failing.name or failing.index}: {failing.detail}"
+    return CompletionVerdict(
+        index=index,
+        kind=_judged_kind(result),
+        score=result.score,
+        reason=reason,
+        exit_code=failing.exit_code if failing is not None else 0,
+        wall_seconds=sum(c.wall_seconds for c in result.cases) + result.compile_seconds,
+        cpu_seconds=sum(c.cpu_seconds for c in result.cases),
+        stderr_tail=(result.compile_output or (failing.stderr_tail if failing else ""))[-STDERR_TAIL_CHARS:],
+        sandbox_id=sandbox_id,
+        cases=result.cases,
     )

@@ -77,6 +77,7 @@ from .._log import log
 from .._session import Session
 from .._types import SandboxDefaults
 from ..backends import BACKENDS
+from ..judge._reward import JudgeOptions
 from ._bridge import HOST_CLOSE_TIMEOUT_SECONDS, LoopThread, SessionHost, start_detached
 from ._extract import completion_text, extract_code
 from ._reward import Extractor, RewardCallStats, RewardCore, SandboxSource, VerdictCallback
@@ -123,6 +124,10 @@ class RewardSettings:
       (default 4 x ``timeout_seconds``), before the item is left unscored.
     - ``on_verdicts``: called after each call with every completion's ``CompletionVerdict``;
       ``verdict_table``: log the N worst verdicts of each call as a W&B table (0: off).
+    - ``judge``: a ``JudgeOptions`` to judge each completion against its row's test cases
+      (stdin/stdout or call-based; APPS/TACO, CodeContests, LiveCodeBench columns, or the
+      ``tests_column``), in the language of ``judge.language_column``, the fence, or
+      ``judge.language``; the reward is the judge's score (``docs/judge.md``).
     - ``defaults``, ``backend``, ``backend_options``, ``report_to``, ``run``: for the ``Session``.
 
     Bad settings raise ``SandboxValidationError`` when the reward is made, not mid-training.
@@ -148,6 +153,7 @@ class RewardSettings:
     backend_options: Mapping[str, Any] | None = None
     report_to: Sequence[str] | None = None
     run: Any = None
+    judge: JudgeOptions | None = None
 
 
 P = ParamSpec("P")
@@ -201,6 +207,7 @@ class _Base:
             on_verdicts=s.on_verdicts,
             verdict_table=s.verdict_table,
             run=s.run,
+            judge=s.judge,
         )
         self._pool_size = s.pool_size
         self._pool_max_size = s.pool_max_size if s.pool_max_size is not None else max(s.pool_size, s.limit)

@@ -84,6 +84,7 @@ class _Window:
         "folded_sandboxes",
         "gather",
         "infra",
+        "judge",
         "lease_hist",
         "leases",
         "nonzero",
@@ -116,6 +117,7 @@ class _Window:
         self.folded_max = -math.inf
         self.retries: dict[str, int] = {}
         self.gather: dict[str, int] = {}
+        self.judge: dict[str, int] = {}  # the judge's verdict counts
         self.swept = self.leases = self.warm_hits = 0
 
     def fold(self, count: int) -> None:
@@ -144,6 +146,8 @@ class _Window:
             _bump(self.retries, key, n)
         for key, n in old.gather.items():
             _bump(self.gather, key, n)
+        for key, n in old.judge.items():
+            _bump(self.judge, key, n)
 
 
 def _bump(labels: dict[str, int], key: str, n: int = 1) -> None:
@@ -281,6 +285,11 @@ class MetricsAggregator:
         with self._lock:
             _bump(self._window.gather, kind)
 
+    def judge_verdict(self, kind: str, count: int = 1) -> None:
+        """The judge decided ``count`` test cases as ``kind`` (a verdict), or counted ``completions``."""
+        with self._lock:
+            _bump(self._window.judge, kind, count)
+
     # -- reading --------------------------------------------------------------
     def snapshot(self, *, reset: bool = False) -> MetricsSnapshot:
         """A frozen view of the current window; with ``reset`` a new window starts now."""
@@ -351,4 +360,5 @@ class MetricsAggregator:
             pool_leased=sum(p[1] for p in pools),
             pool_warming=sum(p[2] for p in pools),
             gather=MappingProxyType(dict(w.gather)),
+            judge=MappingProxyType(dict(w.judge)),
         )

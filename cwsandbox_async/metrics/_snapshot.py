@@ -22,8 +22,9 @@ Everything else is added under the same prefix: percentiles (``*_p50/_p95/_p99``
 within the histogram's relative error, 1% by default), timeouts (``exec_starved``:
 of them, those that fired while the command was starved of CPU), OOM kills
 (``exec_oom_killed``), infrastructure failures, retries, destroyed/live/swept
-sandboxes, pool gauges and warm-hit rate, exec CPU seconds, sandbox-seconds and
-gatherer outcome counts.
+sandboxes, pool gauges and warm-hit rate, exec CPU seconds, sandbox-seconds,
+gatherer outcome counts and the judge's verdict counts (``judge_<verdict>`` per test case,
+``judge_completions`` and ``judge_completion_<verdict>`` per judged completion).
 
 ``as_dict(namespace="x")`` puts every name under ``cwsandbox/x/`` (one namespace
 per TRL reward function, so two of them never write the same keys). A snapshot
@@ -37,7 +38,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .._errors import SandboxValidationError
 
@@ -142,6 +144,8 @@ class MetricsSnapshot:
     gather: Mapping[str, int]
     #: Set on the close flush's copy when the window only stopped sandboxes (see ``only_teardown``).
     teardown: bool = False
+    #: The judge's counts: test cases per verdict, and ``completions`` / ``completion_<verdict>``.
+    judge: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     # -- derived ---------------------------------------------------------------
     @property
@@ -181,6 +185,7 @@ class MetricsSnapshot:
             or self.orphans_swept
             or self.retries
             or self.gather
+            or self.judge
         )
 
     @property
@@ -257,6 +262,8 @@ class MetricsSnapshot:
             m["pool_warming"] = self.pool_warming
         for kind, n in self.gather.items():
             m[f"gather_{_label(kind)}"] = m.get(f"gather_{_label(kind)}", 0) + n
+        for kind, n in self.judge.items():
+            m[f"judge_{_label(kind)}"] = m.get(f"judge_{_label(kind)}", 0) + n
         return m
 
 

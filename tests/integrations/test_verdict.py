@@ -317,7 +317,8 @@ async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) ->
             pytest.skip("the local backend does not measure run-queue wait and sandbox CPU here")
         assert not info.value.infrastructure and not sleeper.starved  # it slept: its own timeout
     n = 8 * (os.cpu_count() or 2)  # about a quarter of a CPU each
-    reward = code_reward(pool_size=0, limit=n, timeout_seconds=2.5, verbose=False)
+    # no starved retries: this is the classification itself (the retry is tested in test_reward_verdicts)
+    reward = code_reward(pool_size=0, limit=n, timeout_seconds=2.5, verbose=False, starved_retries=0)
     try:
         with anyio.fail_after(120):
             rewards = await reward(completions=[answer(BUSY + RIGHT)] * n)

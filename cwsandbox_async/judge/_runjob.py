@@ -1,0 +1,211 @@
+"""The driver's side of the in-sandbox runner (``sandboxed/runner.py``): build a job, run it in one exec, read it back.
+
+One exec per completion does everything in the sandbox: write the source, compile it, run every
+case in a fresh process with its own limits, and report each case as one JSON line. How the exec
+itself ended decides what happened to the cases it did not report (``Ended``): the program took
+the runner down (its failure), the exec ran out of time (the program's, or the platform's when
+starved), or the platform failed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from .._errors import SandboxError, SandboxTerminatedError, SandboxTimeoutError, SandboxValidationError
+from .._log import log
+from ._types import JudgeError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from .._sandbox import Sandbox
+    from .._types import ExecResult
+
+__all__ = ["RUNNER_SOURCE", "Ended", "JobReport", "RawCase", "Step", "run_job"]
+
+RUNNER_SOURCE = resources.files(__package__).joinpath("sandboxed", "runner.py").read_text("utf-8")
+HARNESS_SOURCE = resources.files(__package__).joinpath("sandboxed", "call_harness.py").read_text("utf-8")
+#: Time the runner needs around its cases (its start, reading the job, reports).
+RUNNER_SLACK_SECONDS = 5.0
+_REPORT_OVERHEAD = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """How to run one process: argv, environment and limits (the runner's per-case settings)."""
+
+    argv: Sequence[str]
+    cwd: str
+    env: Mapping[str, str]
+    time_seconds: float
+    wall_seconds: float
+    memory_bytes: int | None
+    output_bytes: int
+    stderr_bytes: int
+    sample_seconds: float = 0.005
+    file_size_bytes: int = 256 * 1024 * 1024
+
+    def as_job(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "time": self.time_seconds,
+            "wall": self.wall_seconds,
+            "memory": self.memory_bytes,
+            "output": self.output_bytes,
+            "stderr": self.stderr_bytes,
+            "sample": self.sample_seconds,
+            "rlimits": {"cpu": math.ceil(self.time_seconds) + 1, "fsize": self.file_size_bytes, "core": 0},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RawCase:
+    """One process as the runner saw it (``index`` -1 is the compile step)."""
+
+    index: int
+    exit_code: int
+    cpu_seconds: float
+    wall_seconds: float
+    memory_bytes: int
+    killed: str | None
+    wait_seconds: float
+    cgroup_oom: bool
+    stdout: bytes
+    stderr: bytes
+
+
+class Ended:
+    """How the runner's exec ended, for the cases it did not report."""
+
+    COMPLETE = "complete"  # every case it was asked to run was reported
+    RUNNER_KILLED = "runner_killed"  # the program killed the runner (or its memory did)
+    TIMED_OUT = "timed_out"  # the exec's own timeout: the program held the runner up
+    STARVED = "starved"  # the exec's timeout fired while it was starved of CPU: the platform's
+    INFRASTRUCTURE = "infrastructure"  # the platform failed (sandbox died for outside reasons, transport)
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    compile: RawCase | None
+    cases: list[RawCase]
+    ended: str
+    detail: str = ""
+    oom_killed: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _raw(line: dict[str, Any]) -> RawCase:
+    return RawCase(
+        index=int(line["i"]),
+        exit_code=int(line["exit"]),
+        cpu_seconds=float(line["cpu"]),
+        wall_seconds=float(line["wall"]),
+        memory_bytes=int(line["rss"]),
+        killed=line["killed"],
+        wait_seconds=float(line["wait"]),
+        cgroup_oom=bool(line["oom"]),
+        stdout=base64.b64decode(line["out"]),
+        stderr=base64.b64decode(line["err"]),
+    )
+
+
+def _parse(stdout: bytes) -> tuple[RawCase | None, list[RawCase], bool]:
+    compiled: RawCase | None = None
+    cases: list[RawCase] = []
+    for text in stdout.split(b"\n"):
+        if not text:
+            continue
+        try:
+            line = json.loads(text)
+        except ValueError:
+            break  # a torn last line: the runner died while writing it
+        if line.get("done"):
+            return compiled, cases, True
+        raw = _raw(line)
+        if raw.index < 0:
+            compiled = raw
+        else:
+            cases.append(raw)
+    return compiled, cases, False
+
+
+async def run_job(
+    sandbox: Sandbox,
+    *,
+    step: Step,
+    inputs: Sequence[Sequence[bytes]],
+    compile_step: Step | None = None,
+    mkdirs: Sequence[str] = (),
+    write: Mapping[str, bytes] | None = None,
+    files: Sequence[str] = (),
+    stop_on_failure: bool = False,
+    exec_timeout_seconds: float | None = None,
+) -> JobReport:
+    """Run ``inputs`` (per case: stdin, then the contents of ``files``) under ``step``, in one exclusive exec.
+
+    ``write`` files are written (and ``mkdirs`` made) first, then ``compile_step`` runs. Raises
+    ``JudgeError`` if the runner could not start, and the exec's errors that are neither the
+    program's nor the platform's (a stopped sandbox, bad input, bugs); everything else is in the
+    report's ``ended``.
+    """
+    writes = dict(write or {})
+    job = step.as_job()
+    job.update(
+        sizes=[[len(p) for p in parts] for parts in inputs],
+        files=list(files),
+        stop_on_failure=stop_on_failure,
+        mkdirs=list(mkdirs),
+        write=list(writes),
+        compile=compile_step.as_job() if compile_step is not None else None,
+    )
+    if writes:
+        job["sizes"].insert(0, [len(v) for v in writes.values()])
+    payload = [json.dumps(job).encode() + b"\n", *writes.values()]
+    for parts in inputs:
+        payload.extend(parts)
+    per_case = (step.output_bytes + step.stderr_bytes) * 4 // 3 + _REPORT_OVERHEAD
+    cap = per_case * (len(inputs) + 1) + 4096
+    if exec_timeout_seconds is None:
+        exec_timeout_seconds = RUNNER_SLACK_SECONDS + sum(step.wall_seconds + 0.5 for _ in inputs)
+        if compile_step is not None:
+            exec_timeout_seconds += compile_step.wall_seconds
+    try:
+        result = await sandbox.run_python(
+            RUNNER_SOURCE,
+            stdin=b"".join(payload),
+            timeout_seconds=exec_timeout_seconds,
+            cwd="/",
+            max_output_bytes=cap,
+            exclusive=True,
+        )
+    except SandboxTimeoutError as exc:
+        partial = exc.result.stdout_bytes if exc.result is not None else b""
+        compiled, cases, _ = _parse(partial)
+        ended = Ended.STARVED if exc.infrastructure else Ended.TIMED_OUT
+        return JobReport(compiled, cases, ended, detail=exc.message)
+    except (SandboxTerminatedError, SandboxValidationError):
+        raise  # the caller stopped the sandbox, or gave bad input
+    except SandboxError as exc:
+        # A dead sandbox or broken channel: the program's doing unless the error says it was the platform.
+        ended = Ended.INFRASTRUCTURE if exc.infrastructure else Ended.RUNNER_KILLED
+        return JobReport(None, [], ended, detail=exc.message)
+    return _report(result)
+
+
+def _report(result: ExecResult) -> JobReport:
+    compiled, cases, done = _parse(result.stdout_bytes)
+    if done:
+        return JobReport(compiled, cases, Ended.COMPLETE, oom_killed=result.oom_killed)
+    if result.returncode in (3, 4) and b"runner: " in result.stderr_bytes:
+        if compiled is None and not cases:
+            raise JudgeError(f"the judge's runner failed in the sandbox: {result.stderr.strip()[-2000:]}")
+        log.error("the judge's runner failed after a case ran", stderr=result.stderr[-2000:])
+    detail = f"the runner ended early (exit {result.returncode}): {result.stderr.strip()[-300:]}"
+    return JobReport(compiled, cases, Ended.RUNNER_KILLED, detail=detail, oom_killed=result.oom_killed)
