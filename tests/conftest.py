@@ -89,6 +89,8 @@ TESTS = Path(__file__).resolve().parent
 def lane_of(item: pytest.Item) -> str:
     own = [m.name for m in item.iter_markers() if m.name in LANE_NAMES]
     if own:
+        if own[0] == "fast":
+            raise pytest.UsageError(f"{item.nodeid}: the fast lane is set by place (LANES), not by a marker")
         return own[0]
     callspec = getattr(item, "callspec", None)
     if callspec is not None and any(callspec.params.get(p) in REAL_BACKENDS for p in BACKEND_PARAMS):
@@ -98,6 +100,26 @@ def lane_of(item: pytest.Item) -> str:
         if rel == where or (where.endswith("/") and rel.startswith(where)):
             return lane
     return "e2e"
+
+
+def _fast_only(config: pytest.Config) -> bool:
+    return str(config.getoption("markexpr", "")).strip() == "fast"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``-m fast`` alone, modules outside the fast places are not even imported (their
+    fixtures probe bubblewrap, start servers...): a test there is never fast (``lane_of``)."""
+    if not _fast_only(config):
+        return None
+    rel = collection_path.resolve().relative_to(TESTS).as_posix() if collection_path.is_relative_to(TESTS) else ""
+    if not rel or rel == ".":
+        return None
+    fast = [where for where, lane in LANES.items() if lane == "fast"]
+    if collection_path.is_dir():
+        return not any(where.startswith(rel + "/") for where in fast)
+    if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return not any(rel == where or (where.endswith("/") and rel.startswith(where)) for where in fast)
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
