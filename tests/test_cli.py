@@ -258,8 +258,13 @@ async def crashed_driver(state_dir: str, tag: str) -> list[str]:
 async def test_list_and_sweep_find_and_remove_a_crashed_drivers_sandboxes(state: list[str]) -> None:
     tag = f"cli-{uuid.uuid4().hex[:8]}"
     ids = await crashed_driver(state[1], tag)
-    r = await cli("list", *state, "--tag", tag, "--json")
-    rows = r.json()["sandboxes"]
+    with anyio.fail_after(30):  # they die with their driver, once the kernel has torn their namespaces down
+        while True:
+            r = await cli("list", *state, "--tag", tag, "--json")
+            rows = r.json()["sandboxes"]
+            if all(x["status"] != "running" for x in rows):
+                break
+            await anyio.sleep(0.1)
     assert r.code == 0 and sorted(x["sandbox_id"] for x in rows) == sorted(ids)
     assert all(x["owner_alive"] is False and x["status"] == "failed" and x["tags"] == [tag] for x in rows), rows
     r = await cli("list", *state, "--tag", tag)
