@@ -73,6 +73,7 @@ LANES = {
     "test_close.py": "fast",
     "test_contract_fake.py": "fast",
     "test_gather.py": "fast",
+    "test_lanes.py": "e2e",  # its inner e2e tests start processes
     "test_metrics.py": "fast",
     "test_sdk_names.py": "fast",
     "test_session.py": "fast",
