@@ -16,6 +16,7 @@ A test's own ``@pytest.mark.e2e`` / ``slow`` marker wins over its place. ``make 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -121,6 +122,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
         return not any(rel == where or (where.endswith("/") and rel.startswith(where)) for where in fast)
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT as a terminal gives it, for the tests that send it to a child (the CLI's Ctrl-C).
+
+    A suite started in the background of a non-interactive shell (``make test &``, CI runners)
+    inherits SIGINT ignored, and an ignored signal stays ignored across exec: every child would
+    ignore the test's SIGINT. Python's own handler here is reset to the default in children."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
