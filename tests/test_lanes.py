@@ -41,7 +41,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def test_a_fast_test_that_starts_a_process_fails(suite: pytest.Pytester) -> None:
-    suite.makepyfile(test_validation=SPAWNS)  # a fast place
+    suite.makepyfile(**{"pool/test_lane_spawns": SPAWNS})  # a fast place (names unlike the suite's own)
     result = suite.runpytest_inprocess("-m", "fast")
     # test_spawns fails (and errors at teardown); the swallowed refusal errors at teardown
     result.assert_outcomes(passed=2, failed=1, errors=2)
@@ -50,7 +50,7 @@ def test_a_fast_test_that_starts_a_process_fails(suite: pytest.Pytester) -> None
 
 
 def test_the_same_test_in_an_e2e_place_may(suite: pytest.Pytester) -> None:
-    suite.makepyfile(test_cli=SPAWNS)  # an e2e place
+    suite.makepyfile(**{"local/test_lane_spawns_e2e": SPAWNS})  # an e2e place
     result = suite.runpytest_inprocess("-m", "e2e")
     result.assert_outcomes(passed=3)
     assert suite.runpytest_inprocess("-m", "fast").ret == pytest.ExitCode.NO_TESTS_COLLECTED
@@ -58,15 +58,18 @@ def test_the_same_test_in_an_e2e_place_may(suite: pytest.Pytester) -> None:
 
 def test_places_and_markers_pick_one_lane(suite: pytest.Pytester) -> None:
     suite.makepyfile(
-        test_gather="import pytest\n\ndef test_a():\n    pass\n\n@pytest.mark.e2e\ndef test_b():\n    pass\n",
-        test_load="def test_soak():\n    pass\n",
+        **{
+            "pool/test_lane_place": "import pytest\n\ndef test_a():\n    pass\n\n"
+            "@pytest.mark.e2e\ndef test_b():\n    pass\n",
+            "pool/test_lane_soak": "import pytest\n\n@pytest.mark.slow\ndef test_soak():\n    pass\n",
+        }
     )
     result = suite.runpytest_inprocess("-m", "fast", "-v")
-    result.stdout.fnmatch_lines(["*test_gather.py::test_a PASSED*"])
+    result.stdout.fnmatch_lines(["*test_lane_place.py::test_a PASSED*"])
     result.assert_outcomes(passed=1)
     result = suite.runpytest_inprocess("-m", "e2e", "-v")
-    result.stdout.fnmatch_lines(["*test_gather.py::test_b PASSED*"])
+    result.stdout.fnmatch_lines(["*test_lane_place.py::test_b PASSED*"])
     result.assert_outcomes(passed=1)
     result = suite.runpytest_inprocess("-m", "slow", "-v")
-    result.stdout.fnmatch_lines(["*test_load.py::test_soak PASSED*"])
+    result.stdout.fnmatch_lines(["*test_lane_soak.py::test_soak PASSED*"])
     result.assert_outcomes(passed=1)
