@@ -152,6 +152,7 @@ async def test_input_is_pulled_lazily_from_a_million_factories() -> None:
     assert gauge.now == 0  # what was still running was cancelled and waited for
 
 
+@pytest.mark.slow  # 110,000 items under tracemalloc: scale
 async def test_memory_stays_flat_as_the_input_grows() -> None:
     async def noop() -> None:
         return None
@@ -288,6 +289,7 @@ async def test_a_base_exception_from_an_item_propagates() -> None:
     assert log == ["cancelled"] * 3
 
 
+@pytest.mark.e2e  # a child interpreter
 def test_keyboard_interrupt_from_an_item_reaches_the_caller() -> None:
     # In a child interpreter: asyncio lets a KeyboardInterrupt raised in a task escape the event loop
     # itself, which is not something to do inside the test runner's own process.

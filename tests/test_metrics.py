@@ -478,6 +478,7 @@ def test_report_to_is_validated() -> None:
     assert [r.name for r in both] == ["log", "wandb"]
 
 
+@pytest.mark.e2e  # a child interpreter
 def test_metrics_never_import_wandb() -> None:
     code = (
         "import sys, anyio, cwsandbox_async as cwa\n"

@@ -178,6 +178,7 @@ async def test_an_exclusive_exec_kills_every_other_exec_first() -> None:
         assert plain.ok and backend.exclusive_kills == 1
 
 
+@pytest.mark.e2e  # the fake backend runs these programs as processes
 async def test_submit_solution_runs_exclusive_so_a_leftover_process_is_killed() -> None:
     backend = FakeBackend(exec_handler=_host)
     async with cwa.Session(backend=backend) as session, session.sandbox() as sb, sb.process(["sleep", "30"]) as left:
@@ -201,6 +202,7 @@ async def _host(argv: tuple[str, ...], stdin: bytes, files: dict[str, bytes]) ->
 # -- the TRL reward ------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # the fake backend runs these programs as processes
 async def test_reward_starved_is_none_with_a_count_oom_is_zero(capsys: pytest.CaptureFixture[str]) -> None:
     starved = code_reward(pool_size=0, backend=FakeBackend(faults=Faults(starve=1.0)), timeout_seconds=0.05)
     oom = code_reward(pool_size=0, backend=FakeBackend(exec_handler=_host, faults=Faults(oom_kill=1.0)))

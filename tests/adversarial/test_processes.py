@@ -68,7 +68,11 @@ async def test_loops_and_sleeps_end_at_their_timeout(tag: str, how: str) -> None
             await call
         assert 0.9 < time.monotonic() - start < 5
         err = info.value
-        assert err.infrastructure is False and err.result is not None and err.result.timed_out
+        assert err.result is not None and err.result.timed_out
+        # Its own timeout, unless the machine starved it: a busy loop may be starved on a loaded machine
+        # (the verdict rules decide, tests/test_verdicts.py); a sleep never is (no run-queue wait).
+        assert err.infrastructure is err.result.starved
+        assert how != "sleep" or err.infrastructure is False
         assert err.result.stdout == "go\n"  # output up to the deadline is kept
         assert not await inside(a.victim, "while True") and not await inside(a.victim, mark)
     assert host_processes_matching(f"sleep {mark}".encode()) == []

@@ -128,9 +128,13 @@ async def test_watch_from_a_resource_version_with_bookmarks_and_selector_transit
     k8s_server: KubeTestServer, api: k8s.CoreV1Api
 ) -> None:
     k8s_server.bookmark_interval = 0.1
+    k8s_server.compaction_interval = 3600  # this test is about selectors; compaction has its own below
+    await call(lambda: api.create_namespaced_pod(NS, pod_body("p-w", {"team": "red"})))
+    # The kubelet's status updates (scheduled, Running) are MODIFIED events too, a real server's as well:
+    # let them happen before the pod turns blue, or one lands between ADDED and DELETED under load.
+    await running(k8s_server, "p-w")
     listed = await call(lambda: api.list_namespaced_pod(NS, label_selector="team=blue"))
     rv = listed.metadata.resource_version
-    await call(lambda: api.create_namespaced_pod(NS, pod_body("p-w", {"team": "red"})))
     # into the selection, then out of it again: ADDED, then DELETED (a real server does not say MODIFIED)
     await call(lambda: api.patch_namespaced_pod("p-w", NS, {"metadata": {"labels": {"team": "blue"}}}))
     await call(lambda: api.patch_namespaced_pod("p-w", NS, {"metadata": {"labels": {"team": "green"}}}))

@@ -19,13 +19,17 @@ from .conftest import exists, host_processes_matching, local_session, requires_i
 
 pytestmark = requires_isolation
 
+#: The drivers' close budget: what the session promises for stopping its sandboxes after the signal.
+CLOSE_SECONDS = 20.0
+
 DRIVER = textwrap.dedent(
     """
     import asyncio, json, sys
     import cwsandbox_async as cwa
 
     async def main():
-        async with cwa.Session(cwa.SandboxDefaults(tags=(sys.argv[1],)), backend="local") as session:
+        timeouts = cwa.Timeouts(close_seconds=float(sys.argv[3]))
+        async with cwa.Session(cwa.SandboxDefaults(tags=(sys.argv[1],)), backend="local", timeouts=timeouts) as session:
             boxes = [await session.sandbox() for _ in range(3)]
             backend = session.backend
             print(json.dumps({
@@ -47,15 +51,16 @@ DRIVER = textwrap.dedent(
 async def test_signal_stops_every_sandbox_through_the_session(tag: str, sig: int, exit_codes: set[int]) -> None:
     marker = str(6000 + os.getpid() % 1000 + sig)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", DRIVER, tag, marker, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
+        sys.executable, "-c", DRIVER, tag, marker, str(CLOSE_SECONDS),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         with anyio.fail_after(60):
             info = json.loads(await proc.stdout.readline())
         await wait_until(lambda: bool(host_processes_matching(f"sleep {marker}".encode())), 30)
         proc.send_signal(sig)
-        with anyio.fail_after(20):
+        with anyio.fail_after(CLOSE_SECONDS + 10):  # its close budget, then the interpreter's exit
             code = await proc.wait()
     finally:
         if proc.returncode is None:

@@ -268,8 +268,10 @@ async def test_sandbox_cpu_counts_everything_the_sandbox_ran(backend: LocalBacke
         r = await box.sh("sleep 1")
         tg.cancel_scope.cancel()
     sandbox_cpu = getattr(r, "sandbox_cpu_seconds", None)
-    # (the busy exec's share of a CPU depends on the machine's load: only that it counted is asserted)
-    assert r.cpu_seconds < 0.1 and sandbox_cpu is not None and sandbox_cpu > r.cpu_seconds + 0.05, r
+    # The sleeper's own tree used next to nothing; its sandbox many times that, whatever share of the
+    # machine the busy exec got (on an idle machine about a core for the whole second).
+    assert r.cpu_seconds < 0.1 and sandbox_cpu is not None, r
+    assert sandbox_cpu > max(10 * r.cpu_seconds, 0.05), r
 
 
 async def test_a_full_pids_limit_fails_new_execs_at_once(backend: LocalBackend, tag: str) -> None:
