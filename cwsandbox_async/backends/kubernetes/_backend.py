@@ -24,6 +24,7 @@ from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxSt
 from ..._validate import validate_tags, validate_timeout
 from .._shared import destroy_each
 from ..base import Backend, OutputCallback
+from ._admission import create_pod, refusal
 from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
 from ._connect import connect
@@ -82,10 +83,15 @@ class KubernetesBackend(Backend):
     ``Resources.cpu_seconds`` become ``ulimit -t`` (``cpu_exceeded`` on SIGXCPU).
 
     Failures: a pod that cannot start raises ``SandboxCreationError`` with ``reason`` set to
-    the Kubernetes reason (``ImagePullBackOff``, ``Unschedulable``, ``OOMKilled``,
-    ``Forbidden``...). A pod that dies during an exec (reported by the exec as exit 137, a
-    hang, or no status) is looked up: a container ``OOMKilled`` by the program's memory is
-    the program's result (``ExecExit.oom_killed``); any other death raises
+    the Kubernetes reason (``ImagePullBackOff``, ``Unschedulable``, ``OOMKilled``...). Creates
+    and patches send ``fieldValidation=Strict``: a misspelled field (in ``tolerations``, say)
+    raises ``SandboxValidationError``; the server's ``Warning`` headers are logged (WARNING,
+    once per text). A create refused by RBAC, ResourceQuota, LimitRange or Pod Security is
+    the caller's (``reason`` ``RBAC``, ``ExceededQuota``, ``LimitRange``, ``PodSecurity``,
+    ``Forbidden``); the 403 of a namespace whose ``default`` ServiceAccount does not exist
+    yet is retried until the create deadline (``_admission``). A pod that dies during an exec
+    (reported by the exec as exit 137, a hang, or no status) is looked up: a container
+    ``OOMKilled`` by the program's memory is the program's result (``ExecExit.oom_killed``); any other death raises
     ``SandboxNotRunningError``, with ``infrastructure`` False when the program or the caller
     caused it (storage limits, the pod's own deadline) and True otherwise. A broken stream
     raises ``SandboxTransportError``; an unreachable or unauthorised API server
@@ -244,22 +250,21 @@ class KubernetesBackend(Backend):
     # -- create ----------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
         sid = spec.sandbox_id
+        budget = spec.defaults.create_timeout_seconds
+        deadline = time.monotonic() + budget - min(1.0, 0.05 * budget)
         client, ns = await self._ensure()
         manifest = build_pod(spec, self.options, namespace=ns, driver=self.driver_id)
         watch = await self._ensure_watch()
         self._cpu_seconds[sid] = spec.defaults.resources.cpu_seconds
         self._created_any = True
         try:
-            pod = await client.request(
-                "POST", pods_path(ns), body=manifest, what=f"create pod {sid}", forbidden_is_unavailable=False
-            )
+            pod = await create_pod(client, pods_path(ns), manifest, sid, deadline=deadline)
         except KubeApiError as exc:
             pod = await self._create_failed(sid, exc)
         watch.observe(sid, pod, fresh=False)
-        budget = spec.defaults.create_timeout_seconds
         await watch.wait_ready(
             sid,
-            within=budget - min(1.0, 0.05 * budget),
+            within=max(0.0, deadline - time.monotonic()),
             unschedulable_grace=self.options.unschedulable_grace_seconds,
         )
         log.debug("k8s pod ready", sandbox_id=sid)
@@ -274,14 +279,7 @@ class KubernetesBackend(Backend):
                 f"a pod named {sid} already exists", sandbox_id=sid, reason="AlreadyExists"
             ) from exc
         if exc.status in (400, 403, 422):
-            raise SandboxCreationError(
-                f"the API server rejected pod {sid}: {exc.message}",
-                sandbox_id=sid,
-                reason=exc.reason or str(exc.status),
-                # 400/422: the spec the caller asked for is invalid (the caller's); 403 is admission
-                # refusing it for now (quota, capacity policy): the platform's.
-                infrastructure=exc.status == 403,
-            ) from exc
+            raise refusal(sid, exc) from exc
         raise exc
 
     # -- exec and files (``_runner``) ---------------------------------------------
