@@ -361,7 +361,9 @@ class KubernetesBackend(Backend):
                 f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id, infrastructure=False
             )
         client, ns = await self._ensure()
-        await set_lifetime(client, self._pod_path(ns, sandbox_id), sandbox_id, seconds)
+        watch = self._watch
+        cached = watch.pods.get(sandbox_id) if watch is not None and watch.healthy else None
+        await set_lifetime(client, self._pod_path(ns, sandbox_id), sandbox_id, seconds, cached=cached)
 
     async def aclose(self) -> None:
         """Stop the watch and background cleanups, delete any pod of this backend still alive
