@@ -28,6 +28,7 @@ pytestmark = needs_bwrap
 SA_MISSING = (
     'pods "x" is forbidden: error looking up service account default/default: serviceaccount "default" not found'
 )
+QUOTA_UNCOUNTED = 'pods "x" is forbidden: status unknown for quota: pods, resource: pods'
 QUOTA = 'pods "x" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2'
 MAX_IN_FLIGHT = "Too many requests, please try again later.\n"  # k8s.io/apiserver filters/maxinflight.go
 
@@ -99,14 +100,16 @@ async def test_the_plain_text_max_in_flight_429_is_retried_after_retry_after(
     await wait_no_pods(k8s_server)
 
 
-async def test_create_waits_for_the_namespace_service_account(
-    k8s_server: KubeTestServer, make_backend: BackendFactory
+@pytest.mark.parametrize("message", [SA_MISSING, QUOTA_UNCOUNTED])
+async def test_create_waits_for_the_controllers(
+    k8s_server: KubeTestServer, make_backend: BackendFactory, message: str
 ) -> None:
-    k8s_server.add_fault("status", method="POST", path=r"/pods$", status=403, message=SA_MISSING, times=3)
+    k8s_server.add_fault("status", method="POST", path=r"/pods$", status=403, message=message, times=3)
     backend = make_backend()
     spec = make_spec("new-namespace")
     await backend.create(spec)
     assert len(k8s_server.calls("POST", r"/pods$")) == 4
+    assert backend.client is not None and backend.client.statuses[403] == 3
     await backend.destroy(spec.sandbox_id)
     await wait_no_pods(k8s_server)
 

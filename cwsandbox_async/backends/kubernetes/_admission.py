@@ -12,8 +12,9 @@ kube-apiserver refuses a pod create for reasons that belong to different people:
   the limit) and a ``reason`` saying which;
 - **403** ``error looking up service account <ns>/default: serviceaccount "default" not found``:
   a namespace seconds old whose ``default`` ServiceAccount the controller-manager has not made
-  yet (kubernetes#66689). ``create_pod`` retries it until the create deadline; past the
-  deadline it is the platform's (``infrastructure=True``).
+  yet (kubernetes#66689), and **403** ``status unknown for quota``: a ResourceQuota the quota
+  controller has not counted yet. ``create_pod`` retries both until the create deadline; past
+  it they are the platform's (``infrastructure=True``: its controllers did not catch up).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..._errors import SandboxCreationError, SandboxError, SandboxValidationErro
 from ..._log import log
 from ._client import KubeApiError, KubeClient
 
-__all__ = ["create_pod", "refusal", "service_account_missing"]
+__all__ = ["create_pod", "not_yet", "refusal"]
 
 #: (substring of a 403 message, reason reported) in the order they are checked.
 _FORBIDDEN = (
@@ -41,10 +42,17 @@ _FORBIDDEN = (
 )
 
 
-def service_account_missing(exc: KubeApiError) -> bool:
-    """The 403 a namespace gives before its ServiceAccount exists (``serviceaccount "x" not found``)."""
+def not_yet(exc: KubeApiError) -> str | None:
+    """Which controller a transient 403 waits for: ``ServiceAccountMissing`` (``serviceaccount "x" not
+    found``), ``QuotaNotCounted`` (``status unknown for quota``); None for any other error."""
+    if exc.status != 403:
+        return None
     message = exc.message.lower()
-    return exc.status == 403 and "serviceaccount" in message and "not found" in message
+    if "serviceaccount" in message and "not found" in message:
+        return "ServiceAccountMissing"
+    if "status unknown for quota" in message:
+        return "QuotaNotCounted"
+    return None
 
 
 def refusal(sid: str, exc: KubeApiError) -> SandboxError:
@@ -52,9 +60,9 @@ def refusal(sid: str, exc: KubeApiError) -> SandboxError:
     message = exc.message
     if exc.status == 400 and "unknown field" in message:
         return SandboxValidationError(f"pod {sid} has a field Kubernetes does not know: {message}", sandbox_id=sid)
-    if exc.status == 403 and service_account_missing(exc):  # still missing at the deadline: the platform's
+    if (waited := not_yet(exc)) is not None:  # still so at the deadline: the platform's controllers lag
         return SandboxCreationError(
-            f"the namespace's ServiceAccount never appeared: {message}", sandbox_id=sid, reason="ServiceAccountMissing"
+            f"the API server still refuses pod {sid} at the create deadline: {message}", sandbox_id=sid, reason=waited
         )
     reason = exc.reason or str(exc.status)
     if exc.status == 403:
@@ -66,19 +74,21 @@ def refusal(sid: str, exc: KubeApiError) -> SandboxError:
 
 
 async def create_pod(client: KubeClient, path: str, manifest: dict[str, Any], sid: str, *, deadline: float) -> Any:
-    """POST ``manifest``; a 403 for a missing ServiceAccount is retried (jittered, capped at 1 s) until the
-    monotonic ``deadline``. Raises ``KubeApiError`` as the client does (the caller classifies it)."""
+    """POST ``manifest``; a 403 that waits for a controller (``not_yet``) is retried (jittered, capped at 1 s)
+    until the monotonic ``deadline``. Raises ``KubeApiError`` as the client does (the caller classifies it)."""
 
     def wait(state: RetryCallState) -> float:
         return float(min(1.0, 0.05 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0))
 
     def before_sleep(state: RetryCallState) -> None:
-        log.debug("k8s create waits for the namespace's ServiceAccount", sandbox_id=sid, attempt=state.attempt_number)
+        exc = state.outcome.exception() if state.outcome is not None else None
+        waited = not_yet(exc) if isinstance(exc, KubeApiError) else None
+        log.debug("k8s create waits for a controller", sandbox_id=sid, waits_for=waited, attempt=state.attempt_number)
 
     retrying = AsyncRetrying(
         stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
         wait=wait,
-        retry=retry_if_exception(lambda e: isinstance(e, KubeApiError) and service_account_missing(e)),
+        retry=retry_if_exception(lambda e: isinstance(e, KubeApiError) and not_yet(e) is not None),
         sleep=anyio.sleep,
         reraise=True,
         before_sleep=before_sleep,

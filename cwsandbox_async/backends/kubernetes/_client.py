@@ -182,6 +182,7 @@ class KubeClient:
         self.calls: Counter[str] = Counter()
         self.retries = 0
         self.warnings: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()  # error statuses answered (every attempt), e.g. 429s seen
 
     def _session(self) -> RESTClientObject:
         if self._rest is None:
@@ -330,6 +331,7 @@ class KubeClient:
                     if warnings := resp.headers.getall("Warning", ()):
                         self._warned(what, warnings)
                     if resp.status >= 400:
+                        self.statuses[resp.status] += 1
                         raise _status_error(what, resp.status, raw, resp.headers)
             except _TRANSPORT_ERRORS as exc:
                 raise translate_transport(exc, what) from exc
@@ -372,6 +374,7 @@ class KubeClient:
             except _TRANSPORT_ERRORS as exc:
                 raise translate_transport(exc, what) from exc
             if resp.status >= 400:
+                self.statuses[resp.status] += 1
                 try:
                     raw = await resp.read()
                 except _TRANSPORT_ERRORS:
@@ -407,6 +410,8 @@ class KubeClient:
                     **self._kwargs(auth),
                 )
             except _TRANSPORT_ERRORS as exc:
+                if isinstance(exc, aiohttp.WSServerHandshakeError):
+                    self.statuses[exc.status] += 1
                 raise translate_transport(exc, what) from exc
             return ws
 
