@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -113,17 +113,17 @@ async def tenant(
     cluster: Any,
     *,
     labels: dict[str, str] | None = None,
-    rbac: list[dict[str, Any]] | None = None,
+    rbac: Callable[[str], list[dict[str, Any]]] = docs_rbac,
     extra: Iterable[dict[str, Any]] = (),
 ) -> AsyncIterator[Tenant]:
-    """A fresh namespace (``labels``), the docs' RBAC (or ``rbac``, made with ``docs_rbac``) and ``extra``
-    objects in it, a ServiceAccount token; the namespace is deleted afterwards."""
+    """A fresh namespace (``labels``), ``rbac(namespace)`` (the docs' ServiceAccount, Role and binding) and
+    ``extra`` objects in it, a ServiceAccount token; the namespace is deleted afterwards."""
     ns = f"t-{uuid.uuid4().hex[:10]}"
     t = Tenant(cluster, ns, "")
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels or {}}}
     await t.apply([namespace])
     try:
-        await t.apply([*(rbac if rbac is not None else docs_rbac(ns)), *extra])
+        await t.apply([*rbac(ns), *extra])
         t.token = (await t.kubectl("-n", ns, "create", "token", "cwsandbox", "--duration=2h")).strip()
         yield t
     finally:
