@@ -8,7 +8,8 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-trl-lowest lint typecheck examples bench bench-quick clean
+.PHONY: demo test test-trl-lowest lint typecheck examples bench bench-quick clean \
+	build-cluster cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,23 @@ test: $(DEV_STAMP)
 # extra installed in .venv: torch, transformers and the rest are reused from there).
 test-trl-lowest: $(DEV_STAMP)
 	$(PY) tests/trl_lowest.py
+
+# The cluster tier: a real Kubernetes 1.37 control plane (etcd, kube-apiserver, controller-manager,
+# scheduler) and bubblewrap-backed nodes, built from the Go module proxy into ~/.cache/cwsandbox-k8s
+# (the first build takes about half an hour on 2 cores; later ones reuse it). See README.
+build-cluster:
+	$(PYTHON) tests/cluster/build.py
+
+# Start the cluster in the background; the last line printed is the admin kubeconfig's path.
+cluster-up: build-cluster $(DEV_STAMP)
+	$(PY) tests/cluster/cluster.py up
+
+cluster-down:
+	$(PYTHON) tests/cluster/cluster.py down
+
+# The tests marked `cluster` (tests/cluster and every test using the real_cluster fixture).
+test-cluster: build-cluster $(DEV_STAMP)
+	$(PY) -m pytest -m cluster tests
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check cwsandbox_async tests benchmarks examples
