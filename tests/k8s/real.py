@@ -71,6 +71,24 @@ class Tenant:
         options.update(extra)
         return options
 
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for the ServiceAccount (token, CA, namespace), as a user outside the cluster has."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "sa",
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {"server": self.cluster.server, "certificate-authority": str(self.cluster.pki.ca)},
+                }
+            ],
+            "users": [{"name": "sa", "user": {"token": self.token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": self.namespace}}],
+        }
+        path.write_text(json.dumps(doc))
+        return path
+
     def backend(self, **extra: Any) -> KubernetesBackend:
         return KubernetesBackend(**self.options(**extra))
 
