@@ -134,3 +134,56 @@ async def test_create_is_retried_until_the_namespaces_service_account_exists(rea
         finally:
             await backend.aclose()
         await t.wait_no_pods()
+
+
+def _flow_control(ns: str) -> list[dict[str, Any]]:
+    """A priority level of one seat that rejects (no queue), for the tenant's ServiceAccount only."""
+    level = {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": f"tiny-{ns}"},
+        "spec": {
+            "type": "Limited",
+            "limited": {"nominalConcurrencyShares": 1, "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}},
+        },
+    }
+    schema = {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "metadata": {"name": f"tiny-{ns}"},
+        "spec": {
+            "priorityLevelConfiguration": {"name": f"tiny-{ns}"},
+            "matchingPrecedence": 100,
+            "rules": [
+                {
+                    "subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "cwsandbox", "namespace": ns}}],
+                    "resourceRules": [
+                        {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"]},
+                    ],
+                }
+            ],
+        },
+    }
+    return [level, schema]
+
+
+async def test_api_priority_and_fairness_429s_are_retried_after_retry_after(real_cluster: Any) -> None:
+    """The real server's 429 (plain text, ``Retry-After``) on a priority level of about one seat: every call
+    still succeeds, after retries that honoured the header."""
+    async with tenant(real_cluster) as t:
+        objects = _flow_control(t.namespace)
+        await t.apply(objects)
+        backend = t.backend(qps=10_000, burst=10_000, max_in_flight=200, max_retries=20)
+        try:
+            await backend.list([])
+            assert backend.client is not None
+            with anyio.fail_after(240):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(400):
+                        tg.start_soon(backend.list, ["x"])
+            assert backend.client.statuses[429] > 0, backend.client.statuses  # throttled for real
+            assert backend.client.retries >= backend.client.statuses[429]
+        finally:
+            await backend.aclose()
+            for obj in objects:
+                await t.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "--wait=false")
