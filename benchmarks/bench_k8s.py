@@ -265,7 +265,9 @@ async def pool_test_server(size: int, concurrency: int, seconds: float) -> dict[
 async def pool(args: argparse.Namespace) -> dict[str, Any]:
     from . import _k8s_real
 
-    real = await _k8s_real.run(size=args.size, concurrency=args.concurrency, seconds=args.seconds, nodes=args.nodes)
+    real = None
+    if not args.test_server_only:
+        real = await _k8s_real.run(size=args.size, concurrency=args.concurrency, seconds=args.seconds, nodes=args.nodes)
     fake = await pool_test_server(args.size, args.concurrency, args.seconds) if not args.real_only else None
     return {"real_apiserver": real, "test_server": fake}
 
@@ -279,9 +281,11 @@ def main() -> None:
         parser.add_argument("--seconds", type=float, default=180.0)
         parser.add_argument("--nodes", type=int, default=4)
         parser.add_argument("--real-only", action="store_true", help="skip the test-server run")
+        parser.add_argument("--test-server-only", action="store_true", help="skip the real control plane")
         args = parser.parse_args()
         out = anyio.run(pool, args)
-        path = write_json("k8s_pool", {"args": vars(args), **out})
+        name = "k8s_pool_test_server" if args.test_server_only else "k8s_pool_real" if args.real_only else "k8s_pool"
+        path = write_json(name, {"args": vars(args), **out})
         for name, r in out.items():
             if r is not None:
                 print(name, {k: v for k, v in r.items() if k not in ("made_by", "pool")})

@@ -70,4 +70,6 @@ async def test_a_fresh_pod_per_lease_costs_four_api_calls(
         assert {r.method for r in calls} <= {"POST", "PATCH", "GET", "DELETE"}
         assert [r for r in calls if r.method == "GET" and not r.path.endswith("/exec")] == []  # no GET per lease
         assert per_lease <= 4, [(r.method, r.path) for r in calls]
+        # one DELETE per pod: stale watch events after a destroy that went through do not "reap" it again
+        assert len([r for r in calls if r.method == "DELETE"]) == leases
     await wait_no_pods(k8s_server)

@@ -191,12 +191,15 @@ class KubernetesBackend(Backend):
 
         async def reap() -> None:
             await self._delete(name)
-            self._reaped[name] = None
-            while len(self._reaped) > MAX_REMEMBERED:
-                del self._reaped[next(iter(self._reaped))]
+            self._note_reaped(name)
             log.info("k8s reaped a pod created after its sandbox was destroyed", sandbox_id=name)
 
         self._cleanup.spawn(f"reap:{name}", "reap", reap, within=self.options.kill_timeout_seconds)
+
+    def _note_reaped(self, name: str) -> None:
+        self._reaped[name] = None
+        while len(self._reaped) > MAX_REMEMBERED:
+            del self._reaped[next(iter(self._reaped))]
 
     # -- what the runner asks about pods (``_runner.Pods``) ----------------------
     def destroyed(self, sandbox_id: str) -> bool:
@@ -221,7 +224,7 @@ class KubernetesBackend(Backend):
     def cpu_seconds(self, sandbox_id: str) -> int | None:
         return self._cpu_seconds.get(sandbox_id)
 
-    async def _delete(self, name: str) -> None:
+    async def _delete(self, name: str) -> bool:
         client, ns = await self._ensure()
         body = {
             "kind": "DeleteOptions",
@@ -234,6 +237,8 @@ class KubernetesBackend(Backend):
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
+            return False
+        return True
 
     async def _pod_view(self, name: str) -> PodView:
         watch = self._watch
@@ -303,10 +308,12 @@ class KubernetesBackend(Backend):
         if self._cleanup is not None:
             self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
         try:
-            await self._delete(sandbox_id)
+            deleted = await self._delete(sandbox_id)
         except SandboxError:
             self._destroyed.pop(sandbox_id, None)  # still there: list and sweep must see it
             raise
+        if deleted:  # it took effect: later events for this pod are stale ones, nothing to reap
+            self._note_reaped(sandbox_id)
         self._cpu_seconds.pop(sandbox_id, None)
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
@@ -346,7 +353,11 @@ class KubernetesBackend(Backend):
             now = time.time()
             names = [i.sandbox_id for i in await self.list(wanted) if now - i.created_at >= min_age]
             names = [n for n in names if include_own or n not in self._cpu_seconds]
-            names = await destroy_each(names, self._delete, "k8s")
+
+            async def delete(name: str) -> None:
+                await self._delete(name)
+
+            names = await destroy_each(names, delete, "k8s")
         log.info("k8s sweep", tags=list(wanted), swept=len(names))
         return names
 
