@@ -109,6 +109,7 @@ class KubernetesBackend(Backend):
         self._lock: anyio.Lock | None = None
         self._destroyed: OrderedDict[str, None] = OrderedDict()
         self._reaped: dict[str, None] = {}  # late pods whose reaping DELETE went through
+        self._deleting: set[str] = set()  # destroys whose own DELETE is in flight
         self._cpu_seconds: dict[str, int | None] = {}
         self._cleanup: Cleanup | None = None
         self._runner: PodRunner | None = None
@@ -184,6 +185,8 @@ class KubernetesBackend(Backend):
     def _on_change(self, name: str, pod: dict[str, Any] | None) -> None:
         """Reap a pod that appears after we destroyed it (a create that raced its own cancellation)."""
         if pod is None or name not in self._destroyed or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        if name in self._deleting:  # an event sent before our own DELETE: that DELETE decides
             return
         if self._cleanup is None or self._cleanup.pending(f"reap:{name}") or name in self._reaped:
             # one DELETE per pod: events sent before it took effect (they may arrive after it) add none
@@ -307,11 +310,14 @@ class KubernetesBackend(Backend):
         self._remember_destroyed(sandbox_id)  # first: a create still in flight is reaped when it lands
         if self._cleanup is not None:
             self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
+        self._deleting.add(sandbox_id)
         try:
             deleted = await self._delete(sandbox_id)
         except SandboxError:
             self._destroyed.pop(sandbox_id, None)  # still there: list and sweep must see it
             raise
+        finally:
+            self._deleting.discard(sandbox_id)
         if deleted:  # it took effect: later events for this pod are stale ones, nothing to reap
             self._note_reaped(sandbox_id)
         self._cpu_seconds.pop(sandbox_id, None)
