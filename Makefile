@@ -10,7 +10,8 @@ PIP_LOUD := $(PY) -m pip install --disable-pip-version-check
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean
+.PHONY: demo test test-fast test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean \
+	build-cluster cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml
 	@echo "==> $(VENV): installing cwsandbox-async and its runtime dependencies (anyio, aiohttp, tenacity,"
@@ -33,7 +34,7 @@ demo: $(STAMP)
 
 # Every lane, explicitly: the pytest default (pyproject.toml) leaves the slow lane out.
 test: $(DEV_STAMP)
-	$(PY) -m pytest -m "fast or e2e or slow" --durations=10
+	$(PY) -m pytest -m "(fast or e2e or slow) and not cluster" --durations=10
 
 # The core on the fake backend: no real sandbox (a fast-lane test that starts one fails).
 test-fast: $(DEV_STAMP)
@@ -55,6 +56,23 @@ test-live-coreweave:
 	$(MAKE) --no-print-directory $(DEV_STAMP) && \
 	$(PIP) -e '.[dev,coreweave]' && \
 	CWSANDBOX_LIVE=1 $(PY) -m pytest -m live_coreweave -p no:cacheprovider -rs tests/coreweave/test_cw_live.py
+
+# The cluster tier: a real Kubernetes 1.37 control plane (etcd, kube-apiserver, controller-manager,
+# scheduler) and bubblewrap-backed nodes, built from the Go module proxy into ~/.cache/cwsandbox-k8s
+# (the first build takes about half an hour on 2 cores; later ones reuse it). See README.
+build-cluster:
+	$(PYTHON) tests/cluster/build.py
+
+# Start the cluster in the background; the last line printed is the admin kubeconfig's path.
+cluster-up: build-cluster $(DEV_STAMP)
+	$(PY) tests/cluster/cluster.py up
+
+cluster-down:
+	$(PYTHON) tests/cluster/cluster.py down
+
+# The tests marked `cluster` (tests/cluster and every test using the real_cluster fixture).
+test-cluster: build-cluster $(DEV_STAMP)
+	$(PY) -m pytest -m cluster tests
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check cwsandbox_async tests benchmarks examples

@@ -17,10 +17,19 @@ real processes in bubblewrap.
 Writes benchmarks/out/k8s.json.
 
     python -m benchmarks.bench_k8s [--quick]
+
+With ``--pool``: a fresh-per-lease ``SandboxPool`` of ``--size`` pods warmed, then leased
+``--concurrency`` at a time for ``--seconds`` (``_k8s_real``), against the test server and
+against the real control plane of tests/cluster (``--nodes`` nodes; the binaries must be
+built: ``make build-cluster``), measured by the apiserver's own ``/metrics`` and
+``/proc/<pid>/stat``. Writes benchmarks/out/k8s_pool.json.
+
+    python -m benchmarks.bench_k8s --pool --size 500 --concurrency 32 --seconds 180 --nodes 4
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -238,7 +247,50 @@ async def run(quick: bool, ready_delay: float) -> dict[str, Any]:
     }
 
 
+async def pool_test_server(size: int, concurrency: int, seconds: float) -> dict[str, Any]:
+    """The same pool run against the test server (readiness 0.8 s after creation, as in ``run``)."""
+    from ._k8s_real import lease_window
+
+    proc, url = start_server(0.8)
+    try:
+        backend = KubernetesBackend(server=url, image=IMAGE, qps=200, burst=400, max_in_flight=64)
+        out = await lease_window(backend, size=size, concurrency=concurrency, seconds=seconds)
+        out.pop("_probes")
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def pool(args: argparse.Namespace) -> dict[str, Any]:
+    from . import _k8s_real
+
+    real = None
+    if not args.test_server_only:
+        real = await _k8s_real.run(size=args.size, concurrency=args.concurrency, seconds=args.seconds, nodes=args.nodes)
+    fake = await pool_test_server(args.size, args.concurrency, args.seconds) if not args.real_only else None
+    return {"real_apiserver": real, "test_server": fake}
+
+
 def main() -> None:
+    if "--pool" in sys.argv:
+        parser = argparse.ArgumentParser(description="a pool of pods on the real control plane and the test server")
+        parser.add_argument("--pool", action="store_true")
+        parser.add_argument("--size", type=int, default=500)
+        parser.add_argument("--concurrency", type=int, default=32)
+        parser.add_argument("--seconds", type=float, default=180.0)
+        parser.add_argument("--nodes", type=int, default=4)
+        parser.add_argument("--real-only", action="store_true", help="skip the test-server run")
+        parser.add_argument("--test-server-only", action="store_true", help="skip the real control plane")
+        args = parser.parse_args()
+        out = anyio.run(pool, args)
+        name = "k8s_pool_test_server" if args.test_server_only else "k8s_pool_real" if args.real_only else "k8s_pool"
+        path = write_json(name, {"args": vars(args), **out})
+        for name, r in out.items():
+            if r is not None:
+                print(name, {k: v for k, v in r.items() if k not in ("made_by", "pool")})
+        print(f"wrote {path}")
+        return
     args = parse_args(__doc__.splitlines()[0])
     result = anyio.run(run, args.quick, 0.8)
     path = write_json("k8s", {"quick": args.quick, **result})

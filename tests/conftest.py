@@ -29,6 +29,9 @@ import structlog
 
 from cwsandbox_async import SandboxBackendUnavailableError, Session
 
+# The cluster tier's `real_cluster` fixture (a real kube-apiserver for the session), for any test.
+pytest_plugins = ["cluster.plugin"]
+
 
 @pytest.fixture
 def anyio_backend() -> str:

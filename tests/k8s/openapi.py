@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-__all__ = ["psa_restricted_violations", "validate_pod"]
+__all__ = ["drop_unknown_fields", "psa_restricted_violations", "unknown_fields", "validate_pod"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -151,3 +151,32 @@ def validate_pod(pod: dict[str, Any]) -> list[str]:
             str(exc)
         ]
     return _semantic(pod)
+
+
+def unknown_fields(pod: dict[str, Any]) -> list[tuple[str | int, ...]]:
+    """Paths of the fields the Pod schema does not have (what ``fieldValidation`` is about)."""
+    try:
+        k8s.V1Pod.model_validate(pod)
+    except Exception as exc:
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            raise
+        return [tuple(e["loc"]) for e in errors() if e["type"] == "extra_forbidden"]
+    return []
+
+
+def field_path(loc: tuple[str | int, ...]) -> str:
+    """A field path as kube-apiserver prints it: ``spec.tolerations[0].operater``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def drop_unknown_fields(pod: dict[str, Any], paths: list[tuple[str | int, ...]]) -> None:
+    """Remove ``paths`` from ``pod`` in place, as the server's decoder does in Warn and Ignore modes."""
+    for loc in paths:
+        node: Any = pod
+        for part in loc[:-1]:
+            node = node[part]
+        node.pop(loc[-1], None)

@@ -52,7 +52,7 @@ from aiohttp import web
 
 from .exec_server import handle_exec
 from .lifecycle import PodLifecycle
-from .openapi import psa_restricted_violations, validate_pod
+from .openapi import drop_unknown_fields, field_path, psa_restricted_violations, unknown_fields, validate_pod
 from .selectors import SelectorError, field_matcher, label_matcher
 from .state import Fault, PodRuntime, Recorded, merge_patch, now_rfc3339, status_body, status_response
 
@@ -320,7 +320,7 @@ class KubeTestServer(PodLifecycle):
         if (f := self.take_fault(request.method, request.path, "delay", query=query)) is not None:
             await asyncio.sleep(f.seconds)
         kinds = ("status", "drop", "watch_410", "drop_after") if watch else ("status", "drop", "drop_after")
-        if (f := self.take_fault(request.method, request.path, *kinds)) is not None:
+        if (f := self.take_fault(request.method, request.path, *kinds, query=query)) is not None:
             if f.kind == "drop_after":  # the request takes effect, the reply is lost
                 await handler(request)
                 assert request.transport is not None
@@ -333,10 +333,12 @@ class KubeTestServer(PodLifecycle):
             if f.kind == "watch_410":
                 return status_response(410, "Expired", "too old resource version")
             headers = {"Retry-After": f"{f.retry_after:g}"} if f.retry_after is not None else None
+            if f.text is not None:
+                return web.Response(status=f.status, text=f.text, headers=headers)
             reason = {403: "Forbidden", 404: "NotFound", 429: "TooManyRequests", 500: "InternalError"}.get(
                 f.status, "Unknown"
             )
-            return status_response(f.status, reason, f"injected {f.status}", headers)
+            return status_response(f.status, reason, f.message or f"injected {f.status}", headers)
         if watch or request.path.endswith("/exec"):
             return await handler(request)
         self.in_flight += 1
@@ -481,8 +483,20 @@ class KubeTestServer(PodLifecycle):
         pod = request[JSON_BODY]
         if not isinstance(pod, dict):
             return status_response(400, "BadRequest", "body must be a Pod")
-        errors = validate_pod(pod)
         name = (pod.get("metadata") or {}).get("name", "")
+        warnings: list[str] = []
+        if unknown := unknown_fields(pod):  # kube-apiserver's decoder, per fieldValidation (default Warn)
+            texts = [f'unknown field "{field_path(loc)}"' for loc in unknown]
+            mode = request.query.get("fieldValidation", "Warn")
+            if mode == "Strict":
+                self.rejected.append((name, texts))
+                msg = 'Pod in version "v1" cannot be handled as a Pod: strict decoding error: ' + ", ".join(texts)
+                return status_response(400, "BadRequest", msg)
+            pod = copy.deepcopy(pod)
+            drop_unknown_fields(pod, unknown)
+            if mode == "Warn":
+                warnings = texts
+        errors = validate_pod(pod)
         if errors:
             self.rejected.append((name, errors))
             return status_response(422, "Invalid", f'Pod "{name}" is invalid: ' + "; ".join(errors))
@@ -502,7 +516,10 @@ class KubeTestServer(PodLifecycle):
         self.pods[(ns, name)] = rt
         self._bump(rt, "ADDED")
         rt.tasks.append(asyncio.get_running_loop().create_task(self._lifecycle(rt)))
-        return web.json_response(copy.deepcopy(obj), status=201)
+        resp = web.json_response(copy.deepcopy(obj), status=201)
+        for text in warnings:
+            resp.headers.add("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+        return resp
 
     # -- one pod: get, patch, delete ------------------------------------------------
     async def _item(self, request: web.Request) -> web.Response:

@@ -55,7 +55,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class Fault:
     """One injected fault, consumed by the first ``times`` matching requests.
 
-    ``kind``: ``status`` (reply ``status`` with a Status body, ``retry_after`` header),
+    ``kind``: ``status`` (reply ``status`` with a Status body carrying ``message``, or ``text`` as a
+    plain-text body; ``retry_after`` header),
     ``drop`` (close the connection without replying), ``drop_after`` (handle the request, then
     close without replying), ``delay`` (sleep ``seconds`` first), ``slow`` (sleep ``seconds``
     while counted in flight),
@@ -75,6 +76,8 @@ class Fault:
     times: int = 1
     status_json: dict[str, Any] | None = None
     query: str | None = None  # a regex the (decoded) query string must match, e.g. an exec's command
+    message: str | None = None  # the Status message (default ``injected <status>``)
+    text: str | None = None  # a plain-text body instead of a Status (kube-apiserver's max-in-flight 429)
     hits: int = 0
 
     def matches(self, method: str, path: str, kinds: tuple[str, ...], query: str = "") -> bool:

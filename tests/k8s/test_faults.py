@@ -330,7 +330,7 @@ async def test_forbidden_is_typed_by_what_was_refused(k8s_server: KubeTestServer
         k8s_server.add_fault("status", method="POST", status=403)  # e.g. admission: PodSecurity, quota
         with pytest.raises(SandboxCreationError) as info:
             await s.sandbox()
-        assert info.value.reason == "Forbidden" and info.value.infrastructure  # refused for now: the platform's
+        assert info.value.reason == "Forbidden" and not info.value.infrastructure  # admission policy: the caller's
         k8s_server.add_fault("status", method="POST", status=422)  # the spec asked for is invalid
         with pytest.raises(SandboxCreationError) as invalid:
             await s.sandbox()

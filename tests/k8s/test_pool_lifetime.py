@@ -44,3 +44,32 @@ async def test_a_reused_pod_whose_deadline_cannot_be_extended_is_replaced(
             assert 630 <= k8s_server.pod(second.sandbox_id)["spec"]["activeDeadlineSeconds"] <= 640
         assert pool.statistics().discarded == 1
     await wait_no_pods(k8s_server)
+
+
+async def test_a_fresh_pod_per_lease_costs_four_api_calls(
+    k8s_server: KubeTestServer, make_backend: BackendFactory
+) -> None:
+    """Create, the lease's deadline (a PATCH: the pod's start time comes from the watch, no GET), one exec,
+    delete. The shared watch's list and watch requests are per backend, not per lease."""
+    async with (
+        cwa.Session({"max_lifetime_seconds": 3600}, backend=make_backend(), handle_signals=False) as s,
+        cwa.SandboxPool(s, size=2, max_size=4, lifetime_margin_seconds=30) as pool,
+    ):
+        await pool.wait_ready(timeout_seconds=30)
+        before = len([r for r in k8s_server.requests if not r.watch])
+        leases = 6
+        for _ in range(leases):
+            async with pool.lease(hold_timeout_seconds=120) as sb:
+                assert (await sb.exec(["true"])).returncode == 0
+        await pool.wait_ready(timeout_seconds=30)  # the replacements for the leased pods are up
+        collection = "/api/v1/namespaces/default/pods"  # the watch's relists (per backend) are not per lease
+        calls = [
+            r for r in k8s_server.requests[before:] if not r.watch and not (r.method == "GET" and r.path == collection)
+        ]
+        per_lease = len(calls) / leases
+        assert {r.method for r in calls} <= {"POST", "PATCH", "GET", "DELETE"}
+        assert [r for r in calls if r.method == "GET" and not r.path.endswith("/exec")] == []  # no GET per lease
+        assert per_lease <= 4, [(r.method, r.path) for r in calls]
+        # one DELETE per pod: stale watch events after a destroy that went through do not "reap" it again
+        assert len([r for r in calls if r.method == "DELETE"]) == leases
+    await wait_no_pods(k8s_server)

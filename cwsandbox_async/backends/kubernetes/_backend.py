@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxSt
 from ..._validate import validate_sweep, validate_timeout
 from .._shared import DestroyedIds, destroy_each, sweep_victims
 from ..base import Backend, OutputCallback
+from ._admission import create_pod, refusal
 from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
 from ._connect import connect
@@ -76,10 +78,15 @@ class KubernetesBackend(Backend):
     ``Resources.cpu_seconds`` become ``ulimit -t`` (``cpu_exceeded`` on SIGXCPU).
 
     Failures: a pod that cannot start raises ``SandboxCreationError`` with ``reason`` set to
-    the Kubernetes reason (``ImagePullBackOff``, ``Unschedulable``, ``OOMKilled``,
-    ``Forbidden``...). A pod that dies during an exec (reported by the exec as exit 137, a
-    hang, or no status) is looked up: a container ``OOMKilled`` by the program's memory is
-    the program's result (``ExecExit.oom_killed``); any other death raises
+    the Kubernetes reason (``ImagePullBackOff``, ``Unschedulable``, ``OOMKilled``...). Creates
+    and patches send ``fieldValidation=Strict``: a misspelled field (in ``tolerations``, say)
+    raises ``SandboxValidationError``; the server's ``Warning`` headers are logged (WARNING,
+    once per text). A create refused by RBAC, ResourceQuota, LimitRange or Pod Security is
+    the caller's (``reason`` ``RBAC``, ``ExceededQuota``, ``LimitRange``, ``PodSecurity``,
+    ``Forbidden``); the 403 of a namespace whose ``default`` ServiceAccount does not exist
+    yet is retried until the create deadline (``_admission``). A pod that dies during an exec
+    (reported by the exec as exit 137, a hang, or no status) is looked up: a container
+    ``OOMKilled`` by the program's memory is the program's result (``ExecExit.oom_killed``); any other death raises
     ``SandboxNotRunningError``, with ``infrastructure`` False when the program or the caller
     caused it (storage limits, the pod's own deadline) and True otherwise. A broken stream
     raises ``SandboxTransportError``; an unreachable or unauthorised API server
@@ -97,6 +104,7 @@ class KubernetesBackend(Backend):
         self._lock: anyio.Lock | None = None
         self._destroyed = DestroyedIds()  # so status says COMPLETED and late creations are reaped
         self._reaped = DestroyedIds()  # late pods whose reaping DELETE went through
+        self._deleting: set[str] = set()  # destroys whose own DELETE is in flight
         self._cpu_seconds: dict[str, int | None] = {}
         self._cleanup: Cleanup | None = None
         self._runner: PodRunner | None = None
@@ -167,6 +175,8 @@ class KubernetesBackend(Backend):
         """Reap a pod that appears after we destroyed it (a create that raced its own cancellation)."""
         if pod is None or name not in self._destroyed or (pod.get("metadata") or {}).get("deletionTimestamp"):
             return
+        if name in self._deleting:  # an event sent before our own DELETE: that DELETE decides
+            return
         if self._cleanup is None or self._cleanup.pending(f"reap:{name}") or name in self._reaped:
             # one DELETE per pod: events sent before it took effect (they may arrive after it) add none
             return
@@ -201,7 +211,7 @@ class KubernetesBackend(Backend):
     def cpu_seconds(self, sandbox_id: str) -> int | None:
         return self._cpu_seconds.get(sandbox_id)
 
-    async def _delete(self, name: str) -> None:
+    async def _delete(self, name: str) -> bool:
         client, ns = await self._ensure()
         body = {
             "kind": "DeleteOptions",
@@ -214,6 +224,8 @@ class KubernetesBackend(Backend):
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
+            return False
+        return True
 
     async def _pod_view(self, name: str) -> PodView:
         watch = self._watch
@@ -230,22 +242,21 @@ class KubernetesBackend(Backend):
     # -- create ----------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
         sid = spec.sandbox_id
+        budget = spec.defaults.create_timeout_seconds
+        deadline = time.monotonic() + budget - min(1.0, 0.05 * budget)
         client, ns = await self._ensure()
         manifest = build_pod(spec, self.options, namespace=ns, driver=self.driver_id)
         watch = await self._ensure_watch()
         self._cpu_seconds[sid] = spec.defaults.resources.cpu_seconds
         self._created_any = True
         try:
-            pod = await client.request(
-                "POST", pods_path(ns), body=manifest, what=f"create pod {sid}", forbidden_is_unavailable=False
-            )
+            pod = await create_pod(client, pods_path(ns), manifest, sid, deadline=deadline)
         except KubeApiError as exc:
             pod = await self._create_failed(sid, exc)
         watch.observe(sid, pod, fresh=False)
-        budget = spec.defaults.create_timeout_seconds
         await watch.wait_ready(
             sid,
-            within=budget - min(1.0, 0.05 * budget),
+            within=max(0.0, deadline - time.monotonic()),
             unschedulable_grace=self.options.unschedulable_grace_seconds,
         )
         log.debug("k8s pod ready", sandbox_id=sid)
@@ -260,14 +271,7 @@ class KubernetesBackend(Backend):
                 f"a pod named {sid} already exists", sandbox_id=sid, reason="AlreadyExists"
             ) from exc
         if exc.status in (400, 403, 422):
-            raise SandboxCreationError(
-                f"the API server rejected pod {sid}: {exc.message}",
-                sandbox_id=sid,
-                reason=exc.reason or str(exc.status),
-                # 400/422: the spec the caller asked for is invalid (the caller's); 403 is admission
-                # refusing it for now (quota, capacity policy): the platform's.
-                infrastructure=exc.status == 403,
-            ) from exc
+            raise refusal(sid, exc) from exc
         raise exc
 
     # -- exec and files (``_runner``) ---------------------------------------------
@@ -290,7 +294,13 @@ class KubernetesBackend(Backend):
         with self._destroyed.destroying(sandbox_id):  # a create still in flight is reaped when it lands
             if self._cleanup is not None:
                 self._cleanup.forget(sandbox_id)  # killing its commands is moot: the pod goes
-            await self._delete(sandbox_id)
+            self._deleting.add(sandbox_id)
+            try:
+                deleted = await self._delete(sandbox_id)
+            finally:
+                self._deleting.discard(sandbox_id)
+        if deleted:  # it took effect: later events for this pod are stale ones, nothing to reap
+            self._reaped.add(sandbox_id)
         self._cpu_seconds.pop(sandbox_id, None)
 
     async def status(self, sandbox_id: str) -> SandboxStatus:
@@ -328,7 +338,11 @@ class KubernetesBackend(Backend):
             names = [i["metadata"]["name"] for i in doc.get("items") or [] if isinstance(i, dict)]
         else:
             names = sweep_victims(await self.list(wanted), min_age, lambda n: not include_own and self.owns(n))
-            names = await destroy_each(names, self._delete, "k8s")
+
+            async def delete(name: str) -> None:
+                await self._delete(name)
+
+            names = await destroy_each(names, delete, "k8s")
         for name in names:  # gone (or going): status says COMPLETED, and the pod is no longer this backend's
             self._destroyed.add(name)
             self._cpu_seconds.pop(name, None)
@@ -346,7 +360,9 @@ class KubernetesBackend(Backend):
                 f"sandbox {sandbox_id} was destroyed", sandbox_id=sandbox_id, infrastructure=False
             )
         client, ns = await self._ensure()
-        await set_lifetime(client, self._pod_path(ns, sandbox_id), sandbox_id, seconds)
+        watch = self._watch
+        cached = watch.pods.get(sandbox_id) if watch is not None and watch.healthy else None
+        await set_lifetime(client, self._pod_path(ns, sandbox_id), sandbox_id, seconds, cached=cached)
 
     async def aclose(self) -> None:
         """Stop the watch and background cleanups, delete any pod of this backend still alive

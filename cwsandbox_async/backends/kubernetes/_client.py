@@ -47,6 +47,11 @@ T = TypeVar("T")
 Params = Sequence[tuple[str, str]]
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 USER_AGENT = "cwsandbox-async/0.1.0"
+#: Writes ask the server to refuse unknown fields (its default, Warn, drops them with a 201).
+_STRICT = ("fieldValidation", "Strict")
+_WRITES = frozenset({"POST", "PUT", "PATCH"})
+#: Distinct ``Warning`` texts logged at WARNING per client; repeats go to DEBUG.
+_MAX_WARNINGS = 1000
 
 
 class KubeApiError(SandboxTransportError):
@@ -87,6 +92,20 @@ def _retry_after(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
+
+
+def warning_texts(values: Sequence[str]) -> list[str]:
+    """The texts of RFC 7234 ``Warning`` header values as kube-apiserver sends them (``299 - "text"``)."""
+    out = []
+    for value in values:
+        code, _, rest = value.partition(" ")
+        _agent, _, text = rest.partition(" ")
+        text = text.strip()
+        if code.isdigit() and len(text) >= 2 and text[0] == text[-1] == '"':
+            out.append(text[1:-1].replace('\\"', '"'))
+        else:
+            out.append(value.strip())
+    return out
 
 
 def _status_error(what: str, status: int, body: bytes, headers: Mapping[str, str] | None) -> KubeApiError:
@@ -162,6 +181,8 @@ class KubeClient:
         self._refresh_lock = anyio.Lock()
         self.calls: Counter[str] = Counter()
         self.retries = 0
+        self.warnings: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()  # error statuses answered (every attempt), e.g. 429s seen
 
     def _session(self) -> RESTClientObject:
         if self._rest is None:
@@ -186,6 +207,16 @@ class KubeClient:
                 self._rest = None
             self._generation += 1
             return True
+
+    def _warned(self, what: str, values: Sequence[str]) -> None:
+        """Log the server's ``Warning`` headers: each distinct text once at WARNING, repeats at DEBUG."""
+        for text in warning_texts(values):
+            first = text not in self.warnings
+            if first and len(self.warnings) >= _MAX_WARNINGS:
+                first = False
+            else:
+                self.warnings[text] += 1
+            (log.warning if first else log.debug)("k8s API warning", what=what, warning=text)
 
     def url(self, path: str) -> str:
         return self.conn.server + path
@@ -283,6 +314,8 @@ class KubeClient:
         Raises as the module docstring says; a 403 (RBAC) is ``SandboxBackendUnavailableError``
         unless ``forbidden_is_unavailable`` is False (a create refused by admission)."""
         what = what or f"{method} {path}"
+        if method in _WRITES and not any(k == _STRICT[0] for k, _ in params):
+            params = [*params, _STRICT]
         per_try = aiohttp.ClientTimeout(total=self.opts.request_timeout_seconds)
         data = json.dumps(body).encode() if body is not None else None
 
@@ -295,7 +328,10 @@ class KubeClient:
                     method, self.url(path), params=list(params), data=data, timeout=per_try, **kw
                 ) as resp:
                     raw = await resp.read()
+                    if warnings := resp.headers.getall("Warning", ()):
+                        self._warned(what, warnings)
                     if resp.status >= 400:
+                        self.statuses[resp.status] += 1
                         raise _status_error(what, resp.status, raw, resp.headers)
             except _TRANSPORT_ERRORS as exc:
                 raise translate_transport(exc, what) from exc
@@ -338,6 +374,7 @@ class KubeClient:
             except _TRANSPORT_ERRORS as exc:
                 raise translate_transport(exc, what) from exc
             if resp.status >= 400:
+                self.statuses[resp.status] += 1
                 try:
                     raw = await resp.read()
                 except _TRANSPORT_ERRORS:
@@ -373,6 +410,8 @@ class KubeClient:
                     **self._kwargs(auth),
                 )
             except _TRANSPORT_ERRORS as exc:
+                if isinstance(exc, aiohttp.WSServerHandshakeError):
+                    self.statuses[exc.status] += 1
                 raise translate_transport(exc, what) from exc
             return ws
 

@@ -50,7 +50,16 @@ from ._podstate import MAIN_CONTAINER, PodView
 __all__ = ["PodRunner", "Pods"]
 
 #: What the container runtime says (inside an ``InternalError`` Status) when the container is gone.
-_GONE = ("container is not running", "container not found", "no such container", "cannot exec in a stopped")
+#: containerd says ``container is in CONTAINER_EXITED state``; others name the container (``container "main" is
+#: not running``), so the phrases are matched without it.
+_GONE = (
+    "is not running",
+    "container not found",
+    "no such container",
+    "cannot exec in a stopped",
+    "container_exited",
+    "exited state",
+)
 _SIGKILL, _SIGTERM, _SIGXCPU = 9, 15, 24
 
 
@@ -168,6 +177,11 @@ class PodRunner:
         cached = self._pods.cached(sandbox_id)
         if cached is not None and cached.dead:
             return True
+        waiter = self._pods.dead_waiter(sandbox_id)
+        if waiter is not None:  # a dying container's exec ends (137) just before the pod's status says so
+            with anyio.move_on_after(self.o.death_grace_seconds):
+                await waiter()
+                return True
         try:
             res = await self.stream(
                 sandbox_id, ["/bin/sh", "-c", "exit 0"], stdin=None, deadline_seconds=self.o.request_timeout_seconds

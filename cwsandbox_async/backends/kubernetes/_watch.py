@@ -27,7 +27,7 @@ from urllib.parse import quote
 import aiohttp
 import anyio
 
-from ..._errors import SandboxTimeoutError
+from ..._errors import SandboxBackendUnavailableError, SandboxTimeoutError
 from ..._log import log
 from ._client import KubeApiError, KubeClient
 from ._inventory import list_pods, pods_path
@@ -67,6 +67,7 @@ class PodWatch:
         self._task: asyncio.Task[None] | None = None
         self._scope = anyio.CancelScope()
         self.healthy = False
+        self.denied: SandboxBackendUnavailableError | None = None  # the last list/watch refused (RBAC)
         self.relists = 0
         self.watches = 0
         self.bookmarks = 0
@@ -135,6 +136,8 @@ class PodWatch:
                         raise last.creation_error()
                 else:
                     unschedulable_since = None
+            if self.denied is not None:
+                raise SandboxBackendUnavailableError(str(self.denied), sandbox_id=name, infrastructure=False)
             now = time.monotonic()
             if now >= deadline:
                 raise SandboxTimeoutError(
@@ -192,8 +195,9 @@ class PodWatch:
             except _Gone:
                 log.debug("k8s watch: resourceVersion too old; relisting")
                 continue
-            except (KubeApiError, SandboxTimeoutError, OSError, ValueError) as exc:
+            except (KubeApiError, SandboxBackendUnavailableError, SandboxTimeoutError, OSError, ValueError) as exc:
                 self.healthy = False
+                self._refused(exc)
                 failures += 1
                 delay = min(self._max_backoff, 0.2 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
                 log.info("k8s watch failed; retrying", error=repr(exc), delay=round(delay, 2))
@@ -202,6 +206,16 @@ class PodWatch:
                 self.healthy = False
                 log.error("k8s watch crashed (a bug); restarting", error=traceback.format_exc())
                 await anyio.sleep(self._max_backoff)
+
+    def _refused(self, exc: BaseException) -> None:
+        """A list or watch the caller's RBAC rules (or credentials) refuse: waiters fail with it, not time out."""
+        if isinstance(exc, KubeApiError) and exc.status == 403:
+            exc = SandboxBackendUnavailableError(f"{exc.message} (check the RBAC rules)", infrastructure=False)
+        if isinstance(exc, SandboxBackendUnavailableError) and not exc.infrastructure:
+            self.denied = exc
+            signals, self._signals = self._signals, {}
+            for ev in signals.values():
+                ev.set()
 
     async def _relist(self) -> str:
         self.relists += 1
@@ -227,6 +241,7 @@ class PodWatch:
         read_timeout = min(self._watch_timeout, 90) + 30.0
         try:
             async with self._client.stream(pods_path(self._namespace), params, read_timeout=read_timeout) as resp:
+                self.denied = None
                 buf = b""
                 async for chunk in resp.content.iter_any():
                     buf += chunk

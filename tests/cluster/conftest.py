@@ -1,0 +1,1 @@
+"""The cluster tier's own tests; the ``real_cluster`` fixture is in ``plugin.py`` (see ``tests/conftest.py``)."""
