@@ -105,12 +105,10 @@ def locate(go_version: str | None = None) -> Binaries:
     node_files = [*(HERE / "node").glob("*.go"), HERE / "node" / "go.mod", HERE / "node" / "go.sum"]
     node_key = _digest(node_files, gv)
     root = cache_root()
-    return Binaries(
-        k8s,
-        etcd,
-        root / f"{k8s}-{etcd}-{cp_key}" / "bin",
-        root / f"node-{node_key}" / "bin" / "cwsandbox-node",
-    )
+    node = root / f"node-{node_key}" / "bin" / "cwsandbox-node"
+    if os.environ.get("CWSANDBOX_CLUSTER_NODE_BIN"):  # a node built by hand, while working on it
+        node = Path(os.environ["CWSANDBOX_CLUSTER_NODE_BIN"])
+    return Binaries(k8s, etcd, root / f"{k8s}-{etcd}-{cp_key}" / "bin", node)
 
 
 def _go(args: list[str], cwd: Path) -> None:

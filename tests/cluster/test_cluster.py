@@ -211,7 +211,7 @@ def test_exec_ends_with_137_when_the_container_dies(real_cluster: Cluster, pods:
     name = pods.running("die", "node-2")
     kubectl = [str(real_cluster.binaries.path("kubectl")), f"--kubeconfig={real_cluster.kubeconfig}"]
     proc = subprocess.Popen([*kubectl, "exec", name, "--", "sleep", "172"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_for("the exec'd sleep", lambda: any(
             p["cmdline"] == "sleep 172" for p in real_cluster.pod_processes("default", name)["main"]))  # fmt: skip
@@ -251,7 +251,9 @@ def terminated(c: Cluster, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("command", "phase", "code", "reason"), [
     (["true"], "Succeeded", 0, "Completed"),
     (["sh", "-c", "exit 3"], "Failed", 3, "Error"),
-    (["sh", "-c", "kill -9 $$"], "Failed", 137, "Error"),
+    (["sh", "-c", "sleep 100 & kill -9 $!; wait $!"], "Failed", 137, "Error"),
+    # PID 1 of a PID namespace ignores signals it has no handler for, even its own SIGKILL
+    (["sh", "-c", "kill -9 $$; exit 4"], "Failed", 4, "Error"),
 ])  # fmt: skip
 def test_exit_codes_become_pod_status(
     real_cluster: Cluster, pods: Pods, command: list[str], phase: str, code: int, reason: str

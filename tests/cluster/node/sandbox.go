@@ -172,8 +172,9 @@ func startSandbox(bwrap, podDir string, pod *v1.Pod, c *v1.Container) (*sandbox,
 			return s, nil
 		}
 		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("the container exited while starting (code %d): %s", s.code(), tail(logPath, 2048))
+		case <-s.exited: // it ran and is already done (`true`): a container that started and exited
+			s.started = time.Now()
+			return s, nil
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
