@@ -15,6 +15,15 @@ propagates unchanged, logged at ERROR, and is never relabelled as
 infrastructure, so GRPO never silently drops a sample because of a ``KeyError``.
 Cancellation from outside passes through untouched.
 
+One exception, for an exec whose backend can tell: a backend that supervises the
+command's timeout inside the sandbox (the local one: PID 1 kills it and reports)
+can have its report delayed by the program itself, so a missed deadline there is
+not evidence of a broken backend. Such a backend calls ``late_verdict`` as the cut
+reaches it, with whether it saw evidence from outside the sandbox (the machine's
+other work holding the CPUs, or its report already waiting for a driver that was
+late to read it). Without that evidence the cut is the program's own timeout
+(``infrastructure=False``); a backend that says nothing keeps the rule above.
+
 A cleanup call (a destroy) passes ``budget``: it then runs shielded from its
 caller's cancellation, bounded by ``min(seconds, the close deadline)``.
 """
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 import anyio
@@ -34,7 +44,16 @@ from ._log import log
 if TYPE_CHECKING:
     from .backends.base import Backend
 
-__all__ = ["backend_call", "destroy"]
+__all__ = ["backend_call", "destroy", "late_verdict"]
+
+#: A backend's verdict on its own late report (see the module docstring): None, not given.
+_LATE: ContextVar[bool | None] = ContextVar("cwsandbox_async_late_verdict", default=None)
+
+
+def late_verdict(infrastructure: bool) -> None:
+    """Called by a backend inside ``backend_call`` as its deadline cuts a call short: whether it has
+    evidence from outside the sandbox that the lateness was not the program's doing."""
+    _LATE.set(infrastructure)
 
 
 @contextmanager
@@ -47,25 +66,38 @@ def backend_call(
     scope: AbstractContextManager[anyio.CancelScope]
     scope = anyio.move_on_after(seconds) if budget is None else budget.shielded(seconds)
     start = anyio.current_time()
-    with scope as cancel_scope:
-        try:
-            yield cancel_scope
-        except SandboxError:
-            raise
-        except Exception as exc:
-            log.error(
-                "backend bug: an exception outside the SandboxError tree",
-                call=what,
-                sandbox_id=sandbox_id,
-                error=repr(exc),
-            )
-            raise
+    token = _LATE.set(None)
+    try:
+        with scope as cancel_scope:
+            try:
+                yield cancel_scope
+            except SandboxError:
+                raise
+            except Exception as exc:
+                log.error(
+                    "backend bug: an exception outside the SandboxError tree",
+                    call=what,
+                    sandbox_id=sandbox_id,
+                    error=repr(exc),
+                )
+                raise
+        verdict = _LATE.get()
+    finally:
+        _LATE.reset(token)
     if not cancel_scope.cancelled_caught:
         return
     if budget is not None and budget.deadline < start + seconds:
         limit = f"{max(budget.deadline - start, 0.0):.3g} s (the close deadline)"
     else:
         limit = f"{seconds:g} s"
+    if verdict is False:
+        log.info("late report without outside evidence: the program's timeout", call=what, sandbox_id=sandbox_id)
+        raise SandboxTimeoutError(
+            f"{what} did not finish within {limit}: the sandbox reported late, and nothing outside it held"
+            " the machine (the program's own timeout)",
+            sandbox_id=sandbox_id,
+            infrastructure=False,
+        )
     raise SandboxTimeoutError(f"{what} did not finish within {limit}", sandbox_id=sandbox_id, infrastructure=True)
 
 

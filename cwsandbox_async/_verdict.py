@@ -33,7 +33,7 @@ import os
 from ._errors import SandboxTimeoutError
 from ._types import ExecExit, ExecRequest, ExecResult, SandboxDefaults
 
-__all__ = ["OTHERS_SHARE", "exec_result", "is_starved", "timeout_error"]
+__all__ = ["OTHERS_SHARE", "exec_result", "is_starved", "others_held_the_machine", "timeout_error"]
 
 #: The share of the capacity a starved sandbox left unused that others must have used.
 OTHERS_SHARE = 0.75
@@ -44,6 +44,13 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def others_held_the_machine(others: float, used: float, wall: float) -> bool:
+    """Whether work outside a sandbox (``others`` CPU seconds over ``wall``) held at least
+    ``OTHERS_SHARE`` of the capacity the sandbox (``used``) left; the evidence a starved exec and a
+    late report both need."""
+    return others >= OTHERS_SHARE * max(0.0, _cpus() * wall - used)
 
 
 def is_starved(ex: ExecExit, defaults: SandboxDefaults) -> bool:
@@ -57,7 +64,7 @@ def is_starved(ex: ExecExit, defaults: SandboxDefaults) -> bool:
     used = max(ex.cpu_seconds, sandbox_cpu)
     if used >= defaults.starved_cpu_share * entitled * wall or wait < defaults.starved_wait_share * wall:
         return False
-    return others >= OTHERS_SHARE * max(0.0, _cpus() * wall - used)
+    return others_held_the_machine(others, used, wall)
 
 
 def exec_result(req: ExecRequest, ex: ExecExit, sandbox_id: str, defaults: SandboxDefaults) -> ExecResult:

@@ -403,3 +403,56 @@ async def test_a_module_planted_in_the_working_directory_is_not_imported_by_run_
         assert r.stdout == "2\n", r
         asked = await a.victim.run_python("import colorsys", timeout_seconds=30, env={"PYTHONSAFEPATH": ""})
         assert asked.stdout == "planted\n", asked
+
+
+#: A wrong answer, then a crowd of busy tasks (200 threads, and 24 forked busy loops with their own
+#: threads) competing with PID 1 for the sandbox's CPU while its timeout comes.
+CPU_CROWD = (
+    "import os, threading\n"
+    "def spin():\n"
+    "    while True:\n"
+    "        pass\n"
+    "for _ in range(24):\n"
+    "    if os.fork() == 0:\n"
+    "        for _ in range(3):\n"
+    "            threading.Thread(target=spin, daemon=True).start()\n"
+    "        spin()\n"
+    "for _ in range(120):\n"
+    "    threading.Thread(target=spin, daemon=True).start()\n"
+    "spin()\n"
+)
+
+
+async def test_a_cpu_crowd_cannot_make_the_supervisor_report_late(tag: str) -> None:
+    """PID 1 is in its own CPU group beside the commands' (one entity however many tasks they run):
+    its report of the timeout comes within a short grace, a result with the program's timeout."""
+    session = cwa.Session(
+        cwa.SandboxDefaults(tags=(tag,)),
+        backend="local",
+        timeouts=cwa.Timeouts(exec_grace_seconds=3),
+        handle_signals=False,
+    )
+    async with session as s:
+        with anyio.fail_after(60):
+            sb = await s.sandbox()
+        for _ in range(2):
+            with pytest.raises(cwa.SandboxTimeoutError) as info:
+                await sb.run_python(CPU_CROWD, timeout_seconds=3)
+            err = info.value
+            assert err.result is not None and err.result.timed_out, err  # the report came in time
+            assert not err.infrastructure, err
+        assert (await sb.exec(["echo", "alive"])).stdout == "alive\n"
+
+
+async def test_a_cpu_crowd_scores_zero_not_none() -> None:
+    """Through ``code_reward``: the wrong answer with the crowd is 0.0, never None (not scored)."""
+    reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=3, verbose=False)
+    try:
+        with anyio.fail_after(90):
+            rewards = await reward(
+                completions=[f"<answer>\ndef solve(): return 41\n{CPU_CROWD}</answer>"],
+                tests=["assert solve() == 42\n"],
+            )
+    finally:
+        await reward.aclose()
+    assert rewards == [0.0]

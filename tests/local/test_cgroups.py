@@ -42,7 +42,10 @@ async def test_every_sandbox_has_its_own_cpu_group_without_any_limit(tag: str) -
             assert sb.sandbox_id in groups[""]
         else:
             assert "cpu" in s.backend._cgroups.available  # type: ignore[attr-defined]
-            assert groups["cpu"].endswith(sb.sandbox_id), groups
+            assert groups["cpu"].endswith(f"{sb.sandbox_id}/agent"), groups  # the agent's own CPU group
+        inside = await sb.exec("cat /proc/self/cgroup")  # the commands' is its sibling
+        cpu_line = next(x for x in inside.stdout.splitlines() if x.split(":")[1] in ("cpu", ""))
+        assert cpu_line.endswith("/cmd"), inside.stdout
         paths = list(box.cgroup.paths)
     assert paths and not any(exists(p) for p in paths)  # removed with the sandbox
 

@@ -10,15 +10,20 @@ Every sandbox gets a group in each usable controller, whatever its limits:
 
 - **cpu**: always, so sandboxes share the CPU by weight, not by process count (a sandbox running 100
   busy processes gets the same share as one running 1); ``cpu.shares`` (v1) / ``cpu.weight`` (v2)
-  when ``cpu_weight`` is set, else the kernel's default; a quota (``cfs_quota_us`` / ``cpu.max``)
-  only when ``Resources.cpu`` asks for one.
+  when ``cpu_weight`` is set, else the kernel's default. Inside it the agent and the commands are
+  siblings, ``S/agent`` with ``AGENT_CPU_WEIGHT`` (the highest weight) and ``S/cmd`` with the
+  default: however many busy threads the commands run, they are one entity against the agent, which
+  gets the sandbox's CPU first whenever it is runnable (its report cannot be delayed from inside). A
+  quota (``cfs_quota_us`` / ``cpu.max``), only when ``Resources.cpu`` asks for one, is on ``S/cmd``:
+  the commands cannot throttle the agent by using up the sandbox's quota.
 - **pids**: ``pids.max`` for the whole sandbox (its machinery included).
 - **cpuacct** (v1; v2's ``cpu.stat`` is always there): the CPU time of everything in the sandbox,
   read by the agent (``sandbox_cpu``) to tell a starved program from a busy one.
 - **memory**: the sandbox group holds the agent, unlimited by the commands' limit; the commands run
   in the child ``cmd`` with ``Resources.memory_mib`` (swap off): a program's memory use kills the
   program, never the agent. v1: ``<memory>/S`` (agent) and ``<memory>/S/cmd``; v2, where a group
-  with children cannot hold processes: ``S/agent`` and ``S/cmd``, memory enabled in ``S``'s subtree.
+  with children cannot hold processes: ``S/agent`` and ``S/cmd``, memory and cpu enabled in ``S``'s
+  subtree.
 
 A newborn joins its groups itself (``agent_dirs``, through file descriptors the driver opened), and
 the agent moves each command into ``command_dirs``; /sys is read-only inside the sandbox. Where no
@@ -44,6 +49,9 @@ CPU_PERIOD_US = 100_000
 SHARES_PER_WEIGHT = 1024 / 100
 AGENT_CHILD = "agent"
 COMMAND_CHILD = "cmd"
+#: The agent's CPU weight inside its sandbox (v2 ``cpu.weight``; v1 ``cpu.shares`` is this times
+#: ``SHARES_PER_WEIGHT``), against the commands' default 100: the highest v2 allows.
+AGENT_CPU_WEIGHT = 10_000
 
 
 def _read(path: str) -> str:
@@ -270,15 +278,17 @@ class CgroupManager:
         """The directories ``create`` would make for ``sandbox_id`` (for the registry, before they exist)."""
         if self.version == "v2":
             top = os.path.join(next(iter(self.parents.values())), PREFIX + sandbox_id)
-            kids = [os.path.join(top, c) for c in (AGENT_CHILD, COMMAND_CHILD)] if "memory" in self.parents else []
+            split = {"memory", "cpu"} & self.available
+            kids = [os.path.join(top, c) for c in (AGENT_CHILD, COMMAND_CHILD)] if split else []
             return [*kids, top]
         tops = sorted({os.path.join(parent, PREFIX + sandbox_id) for parent in self.parents.values()})
-        memory = (
-            [os.path.join(self.parents["memory"], PREFIX + sandbox_id, COMMAND_CHILD)]
-            if "memory" in self.parents
-            else []
-        )
-        return [*memory, *tops]
+        kids = []
+        if "memory" in self.parents:
+            kids.append(os.path.join(self.parents["memory"], PREFIX + sandbox_id, COMMAND_CHILD))
+        if "cpu" in self.parents:
+            top = os.path.join(self.parents["cpu"], PREFIX + sandbox_id)
+            kids += [os.path.join(top, c) for c in (AGENT_CHILD, COMMAND_CHILD) if os.path.join(top, c) not in kids]
+        return [*kids, *tops]
 
     def create(
         self, sandbox_id: str, *, pids: int | None, memory_bytes: int | None, cpu: float | None
@@ -329,30 +339,44 @@ class CgroupManager:
             cg.cpu_usage = os.path.join(dirs["cpuacct"], "cpuacct.usage")
         if "cpu" in dirs:
             cg.enforced["cpu_share"] = "cgroup-v1"
+            top = dirs["cpu"]
             if self.cpu_weight is not None:
-                self._set(dirs["cpu"], "cpu.shares", str(max(2, round(self.cpu_weight * SHARES_PER_WEIGHT))))
+                self._set(top, "cpu.shares", str(max(2, round(self.cpu_weight * SHARES_PER_WEIGHT))))
+            # The agent and the commands as siblings (see the module docstring); where the cpu
+            # hierarchy is shared with memory, ``S/cmd`` is the memory child already made above.
+            agent = self._mkdir(cg, os.path.join(top, AGENT_CHILD))
+            cg.agent_dirs[cg.agent_dirs.index(top)] = agent
+            self._set(agent, "cpu.shares", str(round(AGENT_CPU_WEIGHT * SHARES_PER_WEIGHT)))
+            cmd = os.path.join(top, COMMAND_CHILD)
+            if cmd not in cg.command_dirs:
+                cg.command_dirs.append(self._mkdir(cg, cmd))
             if cpu is not None:
                 quota = max(1000, int(cpu * CPU_PERIOD_US))
-                path = dirs["cpu"]
-                if self._set(path, "cpu.cfs_period_us", str(CPU_PERIOD_US)) and self._set(
-                    path, "cpu.cfs_quota_us", str(quota)
+                if self._set(cmd, "cpu.cfs_period_us", str(CPU_PERIOD_US)) and self._set(
+                    cmd, "cpu.cfs_quota_us", str(quota)
                 ):
                     cg.enforced["cpu"] = "cgroup-v1"
 
     def _create_v2(self, cg: SandboxCgroup, name: str, pids: int | None, memory: int | None, cpu: float | None) -> None:
         top = self._mkdir(cg, os.path.join(next(iter(self.parents.values())), name))
-        if "memory" in self.parents:
-            _write(os.path.join(top, "cgroup.subtree_control"), "+memory")
-            cg.agent_dirs.append(self._mkdir(cg, os.path.join(top, AGENT_CHILD)))
+        split = sorted({"memory", "cpu"} & self.available)
+        cmd = top
+        if split:
+            _write(os.path.join(top, "cgroup.subtree_control"), " ".join("+" + c for c in split))
+            agent = self._mkdir(cg, os.path.join(top, AGENT_CHILD))
+            cg.agent_dirs.append(agent)
             cmd = self._mkdir(cg, os.path.join(top, COMMAND_CHILD))
             cg.command_dirs.append(cmd)
+            if "cpu" in split:
+                self._set(agent, "cpu.weight", str(AGENT_CPU_WEIGHT))
+        else:
+            cg.agent_dirs.append(top)
+        if "memory" in self.parents:
             cg.events = os.path.join(cmd, "memory.events")
             if memory is not None and self._set(cmd, "memory.max", str(memory)):
                 cg.enforced["memory"] = "cgroup-v2"
                 if os.path.exists(os.path.join(cmd, "memory.swap.max")):
                     self._set(cmd, "memory.swap.max", "0")
-        else:
-            cg.agent_dirs.append(top)
         if pids is not None and "pids" in self.parents and self._set(top, "pids.max", str(pids)):
             cg.enforced["pids"] = "cgroup-v2"
         cg.cpu_usage = os.path.join(top, "cpu.stat")
@@ -360,7 +384,7 @@ class CgroupManager:
             cg.enforced["cpu_share"] = "cgroup-v2"
             if self.cpu_weight is not None:
                 self._set(top, "cpu.weight", str(self.cpu_weight))
-            if cpu is not None and self._set(top, "cpu.max", f"{max(1000, int(cpu * CPU_PERIOD_US))} {CPU_PERIOD_US}"):
+            if cpu is not None and self._set(cmd, "cpu.max", f"{max(1000, int(cpu * CPU_PERIOD_US))} {CPU_PERIOD_US}"):
                 cg.enforced["cpu"] = "cgroup-v2"
 
     @staticmethod

@@ -28,7 +28,9 @@ import asyncio
 import json
 import math
 import os
+import select
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -36,6 +38,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ..._deadline import late_verdict
 from ..._errors import (
     SandboxFileError,
     SandboxNotRunningError,
@@ -44,6 +47,7 @@ from ..._errors import (
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, StreamName
+from ..._verdict import others_held_the_machine
 from ._calls import Chunk, ExecCall, Report
 from ._evidence import Evidence
 from ._threads import Blocking
@@ -67,12 +71,13 @@ class AgentProtocolError(RuntimeError):
 class _Pending:
     """A call waiting for its report: an exec (``ExecCall``) or a file operation."""
 
-    __slots__ = ("call", "done", "others", "report", "start")
+    __slots__ = ("call", "done", "others", "posted", "report", "start")
 
     def __init__(self, call: ExecCall | None) -> None:
         self.call = call
         self.report: Report | None = None
         self.start: tuple[float, float] | None = None  # ``Evidence.reading`` when the order was posted
+        self.posted = time.monotonic()
         self.others: float | None = None  # the rest of the machine's CPU until the report (timed out only)
         self.done = anyio.Event() if call is None else call.done
 
@@ -318,6 +323,7 @@ class AgentChannel:
         budget = request.cpu_seconds or self.default_budget
         if self.evidence is not None:
             pending.start = self.evidence.reading()
+        pending.posted = time.monotonic()
         self.post(p.ORDER.pack(p.O_RUN, mode, flags, rid, request.timeout_seconds, budget), fds)
         try:
             if receive is not None and on_output is not None:
@@ -325,7 +331,9 @@ class AgentChannel:
                     async for stream, data in receive:
                         await on_output(stream, data)
             await call.done.wait()
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()) and pending.report is None:
+                late_verdict(self._late_is_infrastructure(pending))
             if self._calls.pop(rid, None) is not None:
                 self._kill(rid)
             call.close()
@@ -334,6 +342,29 @@ class AgentChannel:
             raise await self._dead()
         self._check(pending)
         return call.result(pending.others)
+
+    def _late_is_infrastructure(self, pending: _Pending) -> bool:
+        """Whether an exec whose report has not come (its caller's deadline is cutting it) has
+        evidence from outside the sandbox that the lateness is not the program's: the report is
+        already waiting in the socket (the driver was late to read it), the channel broke, or the
+        rest of the machine held its CPUs over the exec (``_verdict.others_held_the_machine``, the
+        starvation rule's outside evidence). Without it the program made PID 1 late (its commands
+        compete with PID 1 only as one CPU group, see ``_cgroup``): the program's timeout."""
+        if self.closed_reason is not None:
+            return True
+        try:
+            waiting, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            waiting = []
+        if waiting:
+            return True
+        end = self.evidence.reading() if self.evidence is not None else None
+        others = Evidence.others(pending.start, end)
+        if others is None or pending.start is None or end is None:
+            return False
+        wall = time.monotonic() - pending.posted
+        used = max(0.0, end[1] - pending.start[1])
+        return others_held_the_machine(others, used, wall)
 
     def _check(self, pending: _Pending) -> Report:
         """The report of a done call; raises for a broken channel or an order PID 1 could not run."""
