@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 import anyio
@@ -40,22 +39,16 @@ import anyio
 from ._budget import CloseBudget
 from ._errors import SandboxError, SandboxTimeoutError
 from ._log import log
+from ._verdict import LATE_VERDICT as _LATE
+from ._verdict import late_verdict
 
 if TYPE_CHECKING:
     from .backends.base import Backend
 
 __all__ = ["backend_call", "destroy", "late_verdict"]
 
+
 #: A backend's verdict on its own late report (see the module docstring): None, not given.
-_LATE: ContextVar[bool | None] = ContextVar("cwsandbox_async_late_verdict", default=None)
-
-
-def late_verdict(infrastructure: bool) -> None:
-    """Called by a backend inside ``backend_call`` as its deadline cuts a call short: whether it has
-    evidence from outside the sandbox that the lateness was not the program's doing."""
-    _LATE.set(infrastructure)
-
-
 @contextmanager
 def backend_call(
     what: str, seconds: float, *, sandbox_id: str | None = None, budget: CloseBudget | None = None

@@ -29,11 +29,31 @@ and raises ``timeout_error`` for a timed-out one. The rule (docs/outcomes.md):
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 
 from ._errors import SandboxTimeoutError
 from ._types import ExecExit, ExecRequest, ExecResult, SandboxDefaults
 
-__all__ = ["OTHERS_SHARE", "exec_result", "is_starved", "others_held_the_machine", "timeout_error"]
+__all__ = [
+    "LATE_VERDICT",
+    "OTHERS_SHARE",
+    "exec_result",
+    "is_starved",
+    "late_verdict",
+    "others_held_the_machine",
+    "timeout_error",
+]
+
+#: What a backend said of a call its deadline cut short (``_deadline.backend_call`` reads it):
+#: True / False with or without outside evidence that the lateness was not the program's doing.
+LATE_VERDICT: ContextVar[bool | None] = ContextVar("cwsandbox_async_late_verdict", default=None)
+
+
+def late_verdict(infrastructure: bool) -> None:
+    """Called by a backend inside ``backend_call`` as its deadline cuts a call short: whether it has
+    evidence from outside the sandbox that the lateness was not the program's doing."""
+    LATE_VERDICT.set(infrastructure)
+
 
 #: The share of the capacity a starved sandbox left unused that others must have used.
 OTHERS_SHARE = 0.75

@@ -34,7 +34,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def local_session() -> AsyncIterator[cwa.Session]:
-    from tests.local.conftest import bwrap_problem
+    from local.conftest import bwrap_problem
 
     if bwrap_problem() is not None:
         pytest.skip(str(bwrap_problem()))

@@ -217,7 +217,7 @@ async def test_verdict_counts_reach_the_session_metrics(local_session: cwa.Sessi
 
 
 async def test_judging_in_fresh_sandboxes_leaves_nothing_behind(local_session: cwa.Session) -> None:
-    from tests.local.conftest import child_pids, open_fds
+    from local.conftest import child_pids, open_fds
 
     judge = Judge(local_session, limits=Limits(time_seconds=0.3, memory_mib=128))
     await judge.judge(ADD, "python", [TestCase("1 2\n", "3\n")])  # the backend's long-lived parts exist now

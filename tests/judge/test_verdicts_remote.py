@@ -40,8 +40,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 async def k8s_session() -> AsyncIterator[cwa.Session]:
-    from tests.k8s.conftest import BWRAP, TEST_IMAGE
-    from tests.k8s.server import KubeTestServer
+    from k8s.conftest import BWRAP, TEST_IMAGE
+    from k8s.server import KubeTestServer
 
     if not BWRAP:
         pytest.skip("the test server runs pod commands in bubblewrap (unavailable)")
@@ -64,7 +64,7 @@ async def cw_session() -> AsyncIterator[cwa.Session]:
     if importlib.util.find_spec("cwsandbox") is None:
         pytest.skip("the coreweave extra (cwsandbox, grpcio) is not installed")
     from cwsandbox_async.backends.coreweave import CoreWeaveBackend
-    from tests.coreweave.server import CoreWeaveTestServer
+    from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
     async with CoreWeaveTestServer() as server:
         backend = CoreWeaveBackend(base_url=server.url, ready_poll_seconds=0.02)

@@ -38,7 +38,6 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..._deadline import late_verdict
 from ..._errors import (
     SandboxFileError,
     SandboxNotRunningError,
@@ -47,7 +46,7 @@ from ..._errors import (
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, StreamName
-from ..._verdict import others_held_the_machine
+from ..._verdict import late_verdict, others_held_the_machine
 from ._calls import Chunk, ExecCall, Report
 from ._evidence import Evidence
 from ._threads import Blocking
