@@ -157,18 +157,22 @@ CPU_PARTS = (
 )
 
 
-def template_pid() -> int:
-    """The template: the child of this process whose command line carries the zygote's marker."""
-    from ._procstat import children
+def template_pids() -> list[int]:
+    """The template's processes: those under this process whose command line carries the zygote's
+    marker, taken while no sandbox is alive (sandbox processes are forks of the template and carry it too)."""
+    from ._procstat import tree
 
-    for pid in children(os.getpid()):
+    found = []
+    for pid, _ in tree(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"cwsandbox-zygote" in f.read():
-                    return pid
+                    found.append(pid)
         except OSError:
             continue
-    raise RuntimeError("no template process found under this process")
+    if not found:
+        raise RuntimeError("no template process found under this process")
+    return found
 
 
 async def cpu_blocks(
@@ -179,14 +183,14 @@ async def cpu_blocks(
     ``ours`` holds this process, the template and (as children) every sandbox cgroup; ``floor`` holds
     the baseline helper. The per-sandbox figures are read just before ``stop``, which removes the groups."""
     backend: Any = session.backend
-    tpid = template_pid()
+    tpids = template_pids()
     parts = dict.fromkeys((k for k, _ in CPU_PARTS), 0)
     reading = 0  # this thread's CPU spent reading counters, taken out of the driver's share
     ours_total = floor_total = floor_self = 0
     tkids = 0
     for _ in range(n):
         r0 = time.thread_time_ns()
-        u0, d0, t0, c0 = ours.usage(), self_ns(), task_ns(tpid), children_ns(tpid)
+        u0, d0, t0, c0 = ours.usage(), self_ns(), sum(map(task_ns, tpids)), sum(map(children_ns, tpids))
         reading += time.thread_time_ns() - r0
         sb = await session.sandbox()
         r0 = time.thread_time_ns()
@@ -201,7 +205,7 @@ async def cpu_blocks(
         reading += time.thread_time_ns() - r0
         await sb.stop()
         r0 = time.thread_time_ns()
-        u1, d1, t1, c1 = ours.usage(), self_ns(), task_ns(tpid), children_ns(tpid)
+        u1, d1, t1, c1 = ours.usage(), self_ns(), sum(map(task_ns, tpids)), sum(map(children_ns, tpids))
         reading += time.thread_time_ns() - r0
         ours_total += u1 - u0
         parts["driver"] += d1 - d0
