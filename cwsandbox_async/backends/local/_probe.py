@@ -71,9 +71,8 @@ async def _try_bwrap(req: ProbeRequest, features: frozenset[str], drop: bool, co
         gid=req.gid,
         python_prefix=req.python_prefix,
     )
-    rc, out = await run_quiet(
-        bwrap_argv(req.bwrap, features, layout, command), pick_host_uid(req.host_uid) if drop else None
-    )
+    argv = await anyio.to_thread.run_sync(bwrap_argv, req.bwrap, features, layout, command)  # it lists "/"
+    rc, out = await run_quiet(argv, pick_host_uid(req.host_uid) if drop else None)
     if rc == 0 and out.split()[:1] != [str(req.uid)]:
         return 1, f"unexpected uid inside the sandbox: {out.strip()!r}"
     return rc, out
