@@ -318,7 +318,10 @@ class KubeTestServer(PodLifecycle):
                 return status_response(401, "Unauthorized", "Unauthorized")
         query = urllib.parse.unquote_plus(request.query_string)
         if (f := self.take_fault(request.method, request.path, "delay", query=query)) is not None:
-            await asyncio.sleep(f.seconds)
+            if f.gate is not None:
+                await f.gate.wait()
+            else:
+                await asyncio.sleep(f.seconds)
         kinds = ("status", "drop", "watch_410", "drop_after") if watch else ("status", "drop", "drop_after")
         if (f := self.take_fault(request.method, request.path, *kinds, query=query)) is not None:
             if f.kind == "drop_after":  # the request takes effect, the reply is lost

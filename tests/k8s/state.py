@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 from aiohttp import web
 
 from .container import Container
@@ -58,7 +59,7 @@ class Fault:
     ``kind``: ``status`` (reply ``status`` with a Status body carrying ``message``, or ``text`` as a
     plain-text body; ``retry_after`` header),
     ``drop`` (close the connection without replying), ``drop_after`` (handle the request, then
-    close without replying), ``delay`` (sleep ``seconds`` first), ``slow`` (sleep ``seconds``
+    close without replying), ``delay`` (sleep ``seconds`` first, or wait for ``gate``), ``slow`` (sleep ``seconds``
     while counted in flight),
     ``watch_410`` (a watch request gets HTTP 410), ``exec_no_status`` (the command runs, the
     socket closes without a status), ``exec_status`` (reply ``status_json`` instead of the
@@ -73,6 +74,7 @@ class Fault:
     status: int = 500
     retry_after: float | None = None
     seconds: float = 0.0
+    gate: anyio.Event | None = None  # ``delay``: wait until it is set instead of sleeping ``seconds``
     times: int = 1
     status_json: dict[str, Any] | None = None
     query: str | None = None  # a regex the (decoded) query string must match, e.g. an exec's command
