@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import cwsandbox_async as cwa
 
-from .conftest import BackendFactory, needs_bwrap, wait_no_pods
+from .conftest import BackendFactory, needs_bwrap, wait_for, wait_no_pods
 from .server import KubeTestServer
 
 pytestmark = needs_bwrap
@@ -62,6 +62,8 @@ async def test_a_fresh_pod_per_lease_costs_four_api_calls(
             async with pool.lease(hold_timeout_seconds=120) as sb:
                 assert (await sb.exec(["true"])).returncode == 0
         await pool.wait_ready(timeout_seconds=30)  # the replacements for the leased pods are up
+        # a lease's pod is destroyed in the background after its release: the last one may still be going
+        await wait_for(lambda: len([r for r in k8s_server.requests[before:] if r.method == "DELETE"]) >= leases)
         collection = "/api/v1/namespaces/default/pods"  # the watch's relists (per backend) are not per lease
         calls = [
             r for r in k8s_server.requests[before:] if not r.watch and not (r.method == "GET" and r.path == collection)
