@@ -7,7 +7,10 @@ toolchain (``GOTOOLCHAIN=local``, CGO off, ``-trimpath``):
   at the version pinned in ``tests/cluster/bins/go.mod`` (each ``k8s.io/*`` staging module
   replaced by its published tag), version-stamped as the release is;
 - etcd from ``go.etcd.io/etcd/server/v3`` at the version in ``tests/cluster/etcd/go.mod``;
-- the node, ``tests/cluster/node`` (virtual-kubelet + bubblewrap sandboxes).
+- the node, ``tests/cluster/bins/node`` (virtual-kubelet + bubblewrap sandboxes), in the same module
+  as the control plane: one dependency graph, so the node reuses every package the control plane
+  compiled (as a module of its own, with virtual-kubelet's newer x/net, x/sys, grpc and otel, it
+  recompiled most of them: 24 minutes cold instead of a few).
 
 into ``$CWSANDBOX_K8S_CACHE`` (default ``~/.cache/cwsandbox-k8s``)::
 
@@ -102,7 +105,7 @@ def locate(go_version: str | None = None) -> Binaries:
     etcd = _required(HERE / "etcd" / "go.mod", "go.etcd.io/etcd/server/v3")
     cp_files = [HERE / d / f for d in ("bins", "etcd") for f in ("go.mod", "go.sum")]
     cp_key = _digest(cp_files, gv + _ldflags(k8s))
-    node_files = [*(HERE / "node").glob("*.go"), HERE / "node" / "go.mod", HERE / "node" / "go.sum"]
+    node_files = [*(HERE / "bins" / "node").glob("*.go"), HERE / "bins" / "go.mod", HERE / "bins" / "go.sum"]
     node_key = _digest(node_files, gv)
     root = cache_root()
     node = root / f"node-{node_key}" / "bin" / "cwsandbox-node"
@@ -162,7 +165,7 @@ def build() -> Binaries:
     def node(tmp: Path) -> None:
         out = tmp / "bin"
         out.mkdir()
-        _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "cwsandbox-node"), "."], HERE / "node")
+        _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "cwsandbox-node"), "./node"], HERE / "bins")
 
     t0 = time.monotonic()
     _step(

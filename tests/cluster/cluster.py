@@ -375,6 +375,9 @@ class Cluster:
         try:
             with urllib.request.urlopen(url, timeout=5, context=self._ssl() if tls else None) as r:
                 return bool(r.status == 200)
+        except urllib.error.HTTPError as err:
+            err.close()  # it holds the connection: unclosed, it is a ResourceWarning when collected
+            return False
         except (urllib.error.URLError, OSError, ValueError):
             return False
 

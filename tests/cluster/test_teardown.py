@@ -95,6 +95,8 @@ def test_the_cluster_dies_with_the_process_that_started_it(tmp_path: Path) -> No
     finally:
         runner.kill()
         runner.wait(30)
+        if runner.stdout is not None:
+            runner.stdout.close()
     end = time.monotonic() + 30
     while any(_alive(p) for p in pids) and time.monotonic() < end:
         time.sleep(0.1)

@@ -49,6 +49,12 @@ type provider struct {
 	mu     sync.Mutex
 	pods   map[string]*podRT
 	notify func(*v1.Pod)
+
+	// The status copies published, delivered to notify in the order they were made (one goroutine):
+	// a goroutine per copy let a pod's Running overtake its Failed and stay Running forever.
+	outMu  sync.Mutex
+	outbox []*v1.Pod
+	outCnd *sync.Cond
 }
 
 func key(ns, name string) string { return ns + "/" + name }
@@ -63,11 +69,40 @@ func cond(t v1.PodConditionType, ok bool, reason, msg string) v1.PodCondition {
 	return v1.PodCondition{Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: now()}
 }
 
-// publish sends a copy of the pod to the pod controller. Call with p.mu held.
+// publish queues a copy of the pod for the pod controller, in order. Call with p.mu held.
 func (p *provider) publish(rt *podRT) {
-	if p.notify != nil {
-		cp := rt.pod.DeepCopy()
-		go p.notify(cp)
+	if p.notify == nil {
+		return
+	}
+	cp := rt.pod.DeepCopy()
+	p.outMu.Lock()
+	p.outbox = append(p.outbox, cp)
+	p.outMu.Unlock()
+	p.outCnd.Signal()
+}
+
+// deliver hands the queued copies to cb one at a time, oldest first, until ctx ends.
+func (p *provider) deliver(ctx context.Context, cb func(*v1.Pod)) {
+	go func() {
+		<-ctx.Done()
+		p.outMu.Lock()
+		p.outMu.Unlock()
+		p.outCnd.Broadcast()
+	}()
+	for {
+		p.outMu.Lock()
+		for len(p.outbox) == 0 && ctx.Err() == nil {
+			p.outCnd.Wait()
+		}
+		if ctx.Err() != nil {
+			p.outMu.Unlock()
+			return
+		}
+		next := p.outbox[0]
+		p.outbox[0] = nil
+		p.outbox = p.outbox[1:]
+		p.outMu.Unlock()
+		cb(next)
 	}
 }
 
@@ -478,7 +513,9 @@ func (p *provider) GetPods(ctx context.Context) ([]*v1.Pod, error) {
 func (p *provider) NotifyPods(ctx context.Context, cb func(*v1.Pod)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.outCnd = sync.NewCond(&p.outMu)
 	p.notify = cb
+	go p.deliver(ctx, cb)
 }
 
 func (p *provider) lookup(ns, name, container string) (*podRT, *sandbox, error) {
