@@ -190,15 +190,6 @@ class OtherPaths:
         PlainSandbox.check_file_result(result, path, max_bytes)
         return result.stdout
 
-    async def _plain_write(self, box: Box, path: str, data: bytes) -> None:
-        script = (
-            '{ [ ! -e "$1" ] || [ -f "$1" ]; } || { echo "not a regular file" >&2; exit 1; }; '
-            'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        )
-        argv = ("/bin/sh", "-c", script, "sh", path)
-        req = ExecRequest(argv, "/", {}, data, self.options.plain_file_timeout, 1 << 16)
-        PlainSandbox.check_file_result(await self._plain_exec(box, req, None), path)
-
     async def _teardown_other(self, box: Box) -> None:
         """The plain and unisolated paths."""
         link = box.link
