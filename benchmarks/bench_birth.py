@@ -11,7 +11,7 @@ path: cgroups, registry, birth from the template, the agent's hello), each sandb
     python -m benchmarks.bench_birth [--quick]
 
 Also prints where a birth's time goes (``STEPS``: medians of the time between consecutive
-``time.monotonic()`` stamps, the driver's from ``_born`` and the sandbox's from its hello; the
+``time.monotonic()`` stamps, the driver's from ``runners/born`` and the sandbox's from its hello; the
 driver's cgroup and registry work runs beside the template's fork).
 Then the CPU of whole lifecycles (create, ``exec(["true"])``, stop), summed over every process they
 run in, against the floor's lifecycle (the same fork + unshare, whose first child forks and execs
@@ -124,8 +124,8 @@ STEPS = (
 def birth_stamps(session: cwa.Session, sb: cwa.Sandbox) -> dict[str, float]:
     """The driver's and the sandbox's stamps of one birth (a peek into the local backend)."""
     box = session.backend._boxes[sb.sandbox_id]  # type: ignore[attr-defined]
-    hello = (box.channel.hello or {}).get("stamps") or {}
-    return {**{f"d:{k}": v for k, v in box.stamps.items()}, **{f"s:{k}": v for k, v in hello.items()}}
+    hello = (box.runner.channel.hello or {}).get("stamps") or {}
+    return {**{f"d:{k}": v for k, v in box.runner.stamps.items()}, **{f"s:{k}": v for k, v in hello.items()}}
 
 
 def breakdown(stamps: list[dict[str, float]]) -> dict[str, float]:
@@ -277,7 +277,7 @@ async def measure(
     rounds: int, cpu_rounds: int, ours_group: AcctGroup | None, floor_group: AcctGroup | None
 ) -> dict[str, Any]:
     async with cwa.Session(backend="local", handle_signals=False) as session:
-        python = session.backend._python  # type: ignore[attr-defined]  # the sandbox's own interpreter
+        python = session.backend._machine.python  # type: ignore[attr-defined]  # the sandbox's own interpreter
         await (await session.sandbox()).stop()  # the template starts here, once: not timed
         ours: list[float] = []
         base: list[float] = []

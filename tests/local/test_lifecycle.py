@@ -100,7 +100,7 @@ async def test_list_and_destroy_a_live_sandbox_of_another_backend(tag: str) -> N
         assert (info.sandbox_id, info.status, info.owner_alive) == (spec.sandbox_id, cwa.SandboxStatus.RUNNING, True)
         assert await other.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING
         await other.destroy(spec.sandbox_id)
-        await wait_until(lambda: owner._boxes[spec.sandbox_id].channel.exited.is_set(), 10)  # type: ignore[union-attr]
+        await wait_until(lambda: owner._boxes[spec.sandbox_id].runner.channel.exited.is_set(), 10)  # type: ignore[union-attr]
         assert await owner.status(spec.sandbox_id) is cwa.SandboxStatus.FAILED
         assert await other.list([tag]) == []
     finally:
