@@ -149,7 +149,7 @@ def stats_ms(values: list[float]) -> dict[str, float]:
 #: Where a lifecycle's CPU goes (keys of ``cpu_per_lifecycle_ms``), in the order printed.
 CPU_PARTS = (
     ("driver", "driver (this process: event loop, worker threads; our own readings subtracted)"),
-    ("template", "template (zygote): its own CPU"),
+    ("template", "template: its own CPU"),
     ("newborn_in_cgroup", "newborn after joining the sandbox's cgroup (enters namespaces, forks PID 1)"),
     ("pid1", "sandbox PID 1 until after the exec (mounts, hardening, loop, serving the exec, fork)"),
     ("exec_child", "exec child (the fork of PID 1 until `true` exits)"),
@@ -158,7 +158,7 @@ CPU_PARTS = (
 
 
 def template_pids() -> list[int]:
-    """The template's processes: those under this process whose command line carries the zygote's
+    """The template's processes: those under this process whose command line carries the template's
     marker, taken while no sandbox is alive (sandbox processes are forks of the template and carry it too)."""
     from ._procstat import tree
 
@@ -166,7 +166,7 @@ def template_pids() -> list[int]:
     for pid, _ in tree(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"cwsandbox-zygote" in f.read():
+                if b"cwsandbox-template" in f.read():
                     found.append(pid)
         except OSError:
             continue

@@ -307,7 +307,7 @@ CHECKOUT_DRIVER = textwrap.dedent(
         assert _template.AGENT_DIR.startswith(sys.argv[1]), _template.AGENT_DIR
         async with cwa.Session(backend="local", backend_options={"isolation": "unshare"}) as s:
             sb = await s.sandbox()
-            r = await sb.exec("ls /run/cwsandbox/cwsandbox_agent/_zygote.py")
+            r = await sb.exec("ls /run/cwsandbox/cwsandbox_agent/_birth.py")
             print(r.stdout or r.stderr, end="")
             print((await sb.run_python("print(6 * 7)")).stdout, end="")
 
@@ -327,4 +327,4 @@ async def test_a_checkout_under_tmp_still_binds_its_agent_package(tmp_path: Path
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout.decode() == "/run/cwsandbox/cwsandbox_agent/_zygote.py\n42\n"
+    assert proc.stdout.decode() == "/run/cwsandbox/cwsandbox_agent/_birth.py\n42\n"

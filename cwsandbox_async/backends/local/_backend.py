@@ -5,7 +5,7 @@ The backend holds one ``Box`` per sandbox (``_box``: its spec, status and runner
 call on a sandbox goes to its runner (``runners``), one class per way a sandbox runs.
 
 A sandbox is born, not started. One template per backend (``_template``; its in-sandbox half is
-``agent/_rootfs`` and ``agent/_zygote``) has the read-only root view prepared and the agent
+``agent/_rootfs`` and ``agent/_birth``) has the read-only root view prepared and the agent
 preloaded; each sandbox is a fork of it that enters fresh user, mount, pid, net, ipc, uts and cgroup
 namespaces, runs as its own unprivileged host uid (when the driver is root), mounts its own /proc,
 /tmp and working directory, and becomes the sandbox's PID 1 in process (``runners/born``): one process

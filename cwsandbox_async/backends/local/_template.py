@@ -1,6 +1,6 @@
-"""The driver's side of the template (zygote) that births local sandboxes (see ``agent/_rootfs``, ``agent/_zygote``).
+"""The driver's side of the template that births local sandboxes (see ``agent/_rootfs``, ``agent/_birth``).
 
-``Template.start`` runs ``python3 -I -S agent/_rootfs.py cwsandbox-zygote <fd>`` once per backend:
+``Template.start`` runs ``python3 -I -S agent/_rootfs.py cwsandbox-template <fd>`` once per backend:
 the template builds the sandboxes' read-only root view and preloads the agent, then waits on its
 control socket (``AF_UNIX``, ``SOCK_SEQPACKET``). ``Template.fork`` asks it for one sandbox: it
 sends ``F`` with the newborn's channel socket and stderr pipe as SCM_RIGHTS; ``Template.deliver``
@@ -61,7 +61,7 @@ __all__ = ["AGENT_DIR", "MARKER", "Template", "pidfd_pid"]
 AGENT_DIR = str(Path(__file__).resolve().parent / "agent")
 ROOTFS_SCRIPT = os.path.join(AGENT_DIR, "_rootfs.py")
 #: Marker on the template's command line (and so on every sandbox process's: they are its forks).
-MARKER = "cwsandbox-zygote"
+MARKER = "cwsandbox-template"
 FORK = b"F"
 BORN = b"B"
 READY = b"R"

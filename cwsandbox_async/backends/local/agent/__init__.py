@@ -20,6 +20,6 @@ request and becomes the command::
 Modules: ``main`` (entry points), ``init`` (PID 1's loop), ``execs`` (starting, watching, ending
 and reporting execs), ``child`` (what a fork becomes), ``files``, ``proctree`` (process trees, CPU
 and run-queue wait), ``oom`` (cgroup OOM counts), ``harden`` and ``seccomp`` (birth-path
-hardening), ``sysapi`` (ctypes), ``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the
-zygote that births sandboxes (the driver's side of birth: ``_template``, ``runners/born``).
+hardening), ``sysapi`` (ctypes), ``settings``, ``protocol``; ``_rootfs`` and ``_birth`` are the
+template that births sandboxes (the driver's side of birth: ``_template``, ``runners/born``).
 """

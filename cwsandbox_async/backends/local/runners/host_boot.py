@@ -2,7 +2,7 @@
 
 Only the boot: the protocol the agent then speaks lives in ``agent.protocol`` (shared with the
 driver's ``_channel``). Template-born sandboxes import the agent package from the template instead
-(``agent/_zygote``). A host agent (``isolation="none"``, see ``host``) is started as
+(``agent/_birth``). A host agent (``isolation="none"``, see ``host``) is started as
 ``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``.
 ``BOOTSTRAP`` reads ``u32 bundle length, u32 config length, bundle, config`` from
 fd 0 (or the fd given), installs a finder that serves the modules of the bundle
