@@ -13,19 +13,20 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...._errors import SandboxNotRunningError
+from ...._errors import SandboxCreationError, SandboxNotRunningError
 from ...._types import ExecExit, ExecRequest, SandboxSpec
 from ...base import OutputCallback
 from .._bwrap import Layout
 from .._cgroup import CgroupManager, SandboxCgroup
 from .._channel import AgentChannel
 from .._host_uids import HostIds
+from .._link import Link
 from .._options import MIB, PIDS_OVERHEAD, LocalOptions, rlimits_for
 from .._probe import Probe
 from .._registry import Registry
 from .._threads import Blocking
 
-__all__ = ["SAFE_PATH_ENV", "AgentCalls", "Machine", "Runner"]
+__all__ = ["SAFE_PATH_ENV", "AgentCalls", "Machine", "Runner", "agent_start_error"]
 
 #: What every ``run_python`` program's environment starts from (the sandbox's and the request's win).
 SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
@@ -159,6 +160,18 @@ class Machine:
             "cpus": d.resources.cpu,
             "die_with_parent": False,
         }
+
+
+async def agent_start_error(link: Link, sandbox_id: str) -> SandboxCreationError:
+    """The error of an agent that closed its channel before its hello: once it exited, with what it wrote."""
+    await link.exited.wait()  # the agent closed its channel: it is exiting
+    channel = link.channel
+    tail = bytes(channel.stderr_tail).decode("utf-8", "replace").strip()
+    return SandboxCreationError(
+        f"sandbox {sandbox_id} failed to start: {channel.closed_reason}: {tail[-2000:]}",
+        sandbox_id=sandbox_id,
+        reason="agent_start",
+    )
 
 
 class AgentCalls:

@@ -41,7 +41,7 @@ from .._probe import Probe
 from .._registry import proc_start_time
 from .._template import MARKER, Template, pidfd_pid
 from ..agent.protocol import MAX_BIRTH_CONFIG
-from .base import AgentCalls, Machine
+from .base import AgentCalls, Machine, Runner, agent_start_error
 
 __all__ = ["OOM_SCORE", "BornRunner", "hold_oom_score"]
 
@@ -66,7 +66,7 @@ def hold_oom_score(pid: int) -> bool:
     return True
 
 
-class BornRunner:
+class BornRunner(Runner):
     """A sandbox born from ``template`` (see the module docstring); a ``Runner``."""
 
     def __init__(
@@ -161,13 +161,7 @@ class BornRunner:
             await channel.ready.wait()
             self.stamps["hello"] = time.monotonic()
         if channel.hello is None:
-            await link.exited.wait()  # the agent closed its channel: it is exiting
-            tail = bytes(channel.stderr_tail).decode("utf-8", "replace").strip()
-            raise SandboxCreationError(
-                f"sandbox {sid} failed to start: {channel.closed_reason}: {tail[-2000:]}",
-                sandbox_id=sid,
-                reason="agent_start",
-            )
+            raise await agent_start_error(link, sid)
         self.calls = AgentCalls(channel, {**sandbox_env(d.working_dir), **d.env})
         self.stamps["running"] = time.monotonic()
         return enforced

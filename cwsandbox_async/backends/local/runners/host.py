@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from ...._errors import SandboxCreationError, SandboxNotRunningError
+from ...._errors import SandboxNotRunningError
 from ...._types import ExecExit, ExecRequest, SandboxSpec
 from ...base import OutputCallback
 from .._bwrap import sandbox_env
@@ -29,7 +29,7 @@ from .._link import Link, ProcessHandles
 from .._probe import Probe
 from .._registry import proc_start_time
 from .._template import pidfd_pid
-from .base import AgentCalls, Machine
+from .base import AgentCalls, Machine, Runner, agent_start_error
 from .host_boot import BOOTSTRAP, agent_bundle, boot_payload
 
 __all__ = ["CHANNEL_FD", "HostAgentRunner", "boot_config"]
@@ -43,7 +43,7 @@ def boot_config(config: dict[str, Any], magic: str) -> bytes:
     return boot_payload(agent_bundle(magic), config)
 
 
-class HostAgentRunner:
+class HostAgentRunner(Runner):
     """One unisolated sandbox (see the module docstring); a ``Runner``."""
 
     def __init__(self, spec: SandboxSpec, machine: Machine, found: Probe) -> None:
@@ -100,13 +100,7 @@ class HostAgentRunner:
         await link.open()
         await channel.ready.wait()
         if channel.hello is None:
-            await link.exited.wait()
-            tail = bytes(channel.stderr_tail).decode("utf-8", "replace").strip()
-            raise SandboxCreationError(
-                f"sandbox {sid} failed to start: {channel.closed_reason}: {tail[-2000:]}",
-                sandbox_id=sid,
-                reason="agent_start",
-            )
+            raise await agent_start_error(link, sid)
         if self.pid is not None:
             entry.update(pid=self.pid, pid_start=proc_start_time(self.pid))
         await m.blocking(m.registry.write, entry)

@@ -18,7 +18,7 @@ from .._cgroup import SandboxCgroup
 from .._leftover import remove_cgroup
 from .._plain import PlainSandbox
 from .._probe import Probe
-from .base import SAFE_PATH_ENV, Machine
+from .base import SAFE_PATH_ENV, Machine, Runner
 
 __all__ = ["PlainRunner"]
 
@@ -29,7 +29,7 @@ WRITE_SCRIPT = (
 )
 
 
-class PlainRunner:
+class PlainRunner(Runner):
     """One plain sandbox (see the module docstring); a ``Runner``."""
 
     def __init__(self, spec: SandboxSpec, machine: Machine, found: Probe) -> None:
