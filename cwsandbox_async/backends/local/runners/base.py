@@ -3,8 +3,8 @@
 The backend holds one ``Runner`` per sandbox (in its ``Box``) and calls only this interface, so no
 operation asks which kind of sandbox it is. ``Machine`` is what the runners of one backend share:
 its options, registry, cgroups, host uids and worker threads, and the settings every sandbox's
-layout, registry entry and limits are made from. ``AgentCalls`` is how a runner whose sandbox has an
-agent (born from the template, or on the host) sends it execs and file calls.
+layout, registry entry and limits are made from. ``AgentRunner`` is what the runners whose sandbox
+has an agent (born from the template, or on the host) share: its execs and file calls.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .._probe import Probe
 from .._registry import Registry
 from .._threads import Blocking
 
-__all__ = ["SAFE_PATH_ENV", "AgentCalls", "Machine", "Runner", "agent_start_error"]
+__all__ = ["SAFE_PATH_ENV", "AgentRunner", "Machine", "Runner", "agent_start_error"]
 
 #: What every ``run_python`` program's environment starts from (the sandbox's and the request's win).
 SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
@@ -174,16 +174,26 @@ async def agent_start_error(link: Link, sandbox_id: str) -> SandboxCreationError
     )
 
 
-class AgentCalls:
-    """Execs and file calls through a sandbox's agent channel (``_channel``).
+class AgentRunner(Runner):
+    """What the runners whose sandbox has an agent (``born``, ``host``) share: the calls, through its
+    channel (``_channel``, wired by ``link``). Each sets ``link`` when its agent's process exists and
+    ``env`` and ``path_map`` before its ``start`` returns.
 
     ``env``: every exec's environment before its own (the sandbox's defaults); ``path_map``: sandbox
     path prefix -> host path, for an agent that sees the host's file system (``isolation="none"``)."""
 
-    def __init__(self, channel: AgentChannel, env: dict[str, str], path_map: tuple[tuple[str, str], ...] = ()) -> None:
-        self.channel = channel
-        self.env = env
-        self.path_map = path_map
+    link: Link | None = None
+    env: dict[str, str]
+    path_map: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def channel(self) -> AgentChannel | None:
+        """The agent's channel, once its process exists."""
+        return self.link.channel if self.link is not None else None
+
+    def _channel(self) -> AgentChannel:
+        assert self.link is not None, "a call before start returned"
+        return self.link.channel
 
     def map_path(self, path: str) -> str:
         """``path`` as the agent sees it (through ``path_map``)."""
@@ -193,21 +203,22 @@ class AgentCalls:
         return path
 
     def failure(self) -> SandboxNotRunningError | None:
-        return None if self.channel.alive else self.channel.dead_error()
+        channel = self.channel
+        return None if channel is None or channel.alive else channel.dead_error()
 
     async def exec(self, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
         env = {**self.env, **request.env}
-        return await self.channel.exec(request, env, self.map_path(request.cwd), None, on_output)
+        return await self._channel().exec(request, env, self.map_path(request.cwd), None, on_output)
 
     async def run_python(self, source: str, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
         """In a fork of the sandbox's PID 1, a clean warm interpreter."""
         # The working directory is not importable unless the caller asks (PYTHONSAFEPATH="" in env):
         # a json.py planted there by an earlier command would otherwise run at "import json".
         env = {**SAFE_PATH_ENV, **self.env, **request.env}
-        return await self.channel.exec(request, env, self.map_path(request.cwd), source, on_output)
+        return await self._channel().exec(request, env, self.map_path(request.cwd), source, on_output)
 
     async def read(self, path: str, max_bytes: int) -> bytes:
-        return await self.channel.read_file(self.map_path(path), max_bytes, path)
+        return await self._channel().read_file(self.map_path(path), max_bytes, path)
 
     async def write(self, path: str, data: bytes) -> None:
-        await self.channel.write_file(self.map_path(path), data, path)
+        await self._channel().write_file(self.map_path(path), data, path)

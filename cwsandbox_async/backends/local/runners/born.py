@@ -28,12 +28,10 @@ from typing import Any
 
 import anyio
 
-from ...._errors import SandboxCreationError, SandboxNotRunningError
-from ...._types import ExecExit, ExecRequest, SandboxSpec
-from ...base import OutputCallback
+from ...._errors import SandboxCreationError
+from ...._types import SandboxSpec
 from .._bwrap import sandbox_env, sandbox_mounts
 from .._cgroup import SandboxCgroup
-from .._channel import AgentChannel
 from .._evidence import Evidence
 from .._leftover import kill_uid, remove_cgroup
 from .._link import Link, ProcessHandles
@@ -41,7 +39,7 @@ from .._probe import Probe
 from .._registry import proc_start_time
 from .._template import MARKER, Template, pidfd_pid
 from ..agent.protocol import MAX_BIRTH_CONFIG
-from .base import AgentCalls, Machine, Runner, agent_start_error
+from .base import AgentRunner, Machine, agent_start_error
 
 __all__ = ["OOM_SCORE", "BornRunner", "hold_oom_score"]
 
@@ -66,7 +64,7 @@ def hold_oom_score(pid: int) -> bool:
     return True
 
 
-class BornRunner(Runner):
+class BornRunner(AgentRunner):
     """A sandbox born from ``template`` (see the module docstring); a ``Runner``."""
 
     def __init__(
@@ -85,15 +83,9 @@ class BornRunner(Runner):
         self.cgroup: SandboxCgroup | None = None
         self.entry: dict[str, Any] = {}
         self.newborn: ProcessHandles | None = None
-        self.link: Link | None = None
-        self.calls: AgentCalls | None = None
+        self.env: dict[str, str] = {}
         #: ``time.monotonic()`` at the end of each step of its birth, the driver's.
         self.stamps: dict[str, float] = {}
-
-    @property
-    def channel(self) -> AgentChannel | None:
-        """The agent's channel, once the birth connected it."""
-        return self.link.channel if self.link is not None else None
 
     async def start(self) -> dict[str, str]:
         """Birth the sandbox (see the module docstring); ``SandboxCreationError`` when it fails to start."""
@@ -162,7 +154,7 @@ class BornRunner(Runner):
             self.stamps["hello"] = time.monotonic()
         if channel.hello is None:
             raise await agent_start_error(link, sid)
-        self.calls = AgentCalls(channel, {**sandbox_env(d.working_dir), **d.env})
+        self.env = {**sandbox_env(d.working_dir), **d.env}
         self.stamps["running"] = time.monotonic()
         return enforced
 
@@ -187,26 +179,6 @@ class BornRunner(Runner):
             hold_oom_score(self.pid)
             self.entry.update(pid=self.pid, pid_start=proc_start_time(self.pid))
             self.machine.registry.write(self.entry)
-
-    # -- calls -------------------------------------------------------------------
-    def failure(self) -> SandboxNotRunningError | None:
-        return self.calls.failure() if self.calls is not None else None
-
-    def _agent(self) -> AgentCalls:
-        assert self.calls is not None, "a call before start returned"
-        return self.calls
-
-    async def exec(self, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
-        return await self._agent().exec(request, on_output)
-
-    async def run_python(self, source: str, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
-        return await self._agent().run_python(source, request, on_output)
-
-    async def read(self, path: str, max_bytes: int) -> bytes:
-        return await self._agent().read(path, max_bytes)
-
-    async def write(self, path: str, data: bytes) -> None:
-        await self._agent().write(path, data)
 
     # -- teardown ----------------------------------------------------------------
     async def teardown(self) -> None:

@@ -18,18 +18,15 @@ from typing import Any
 
 import anyio
 
-from ...._errors import SandboxNotRunningError
-from ...._types import ExecExit, ExecRequest, SandboxSpec
-from ...base import OutputCallback
+from ...._types import SandboxSpec
 from .._bwrap import sandbox_env
 from .._cgroup import SandboxCgroup
-from .._channel import AgentChannel
 from .._leftover import kill_group, remove_cgroup, remove_dir
 from .._link import Link, ProcessHandles
 from .._probe import Probe
 from .._registry import proc_start_time
 from .._template import pidfd_pid
-from .base import AgentCalls, Machine, Runner, agent_start_error
+from .base import AgentRunner, Machine, agent_start_error
 from .host_boot import BOOTSTRAP, agent_bundle, boot_payload
 
 __all__ = ["CHANNEL_FD", "HostAgentRunner", "boot_config"]
@@ -43,7 +40,7 @@ def boot_config(config: dict[str, Any], magic: str) -> bytes:
     return boot_payload(agent_bundle(magic), config)
 
 
-class HostAgentRunner(Runner):
+class HostAgentRunner(AgentRunner):
     """One unisolated sandbox (see the module docstring); a ``Runner``."""
 
     def __init__(self, spec: SandboxSpec, machine: Machine, found: Probe) -> None:
@@ -55,13 +52,7 @@ class HostAgentRunner(Runner):
         self.host_uid: int | None = None
         self.cgroup: SandboxCgroup | None = None
         self.workspace: str | None = None
-        self.link: Link | None = None
-        self.calls: AgentCalls | None = None
-
-    @property
-    def channel(self) -> AgentChannel | None:
-        """The agent's channel, once it was spawned."""
-        return self.link.channel if self.link is not None else None
+        self.env: dict[str, str] = {}
 
     async def start(self) -> dict[str, str]:
         m, spec, d = self.machine, self.spec, self.spec.defaults
@@ -105,7 +96,8 @@ class HostAgentRunner(Runner):
             entry.update(pid=self.pid, pid_start=proc_start_time(self.pid))
         await m.blocking(m.registry.write, entry)
         env = {**sandbox_env(d.working_dir), **d.env, "HOME": workspace}
-        self.calls = AgentCalls(channel, env, ((d.working_dir, workspace),))
+        self.env = env
+        self.path_map = ((d.working_dir, workspace),)
         return enforced
 
     def _spawn(self, config: dict[str, Any]) -> ProcessHandles:
@@ -137,26 +129,6 @@ class HostAgentRunner(Runner):
             os.close(err_w)
             os.close(boot)
         return handles
-
-    # -- calls -------------------------------------------------------------------
-    def failure(self) -> SandboxNotRunningError | None:
-        return self.calls.failure() if self.calls is not None else None
-
-    def _agent(self) -> AgentCalls:
-        assert self.calls is not None, "a call before start returned"
-        return self.calls
-
-    async def exec(self, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
-        return await self._agent().exec(request, on_output)
-
-    async def run_python(self, source: str, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
-        return await self._agent().run_python(source, request, on_output)
-
-    async def read(self, path: str, max_bytes: int) -> bytes:
-        return await self._agent().read(path, max_bytes)
-
-    async def write(self, path: str, data: bytes) -> None:
-        await self._agent().write(path, data)
 
     # -- teardown ----------------------------------------------------------------
     async def teardown(self) -> None:
