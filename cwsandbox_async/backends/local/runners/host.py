@@ -2,7 +2,7 @@
 
 The agent runs as a process of this user on the host (booted from the agent bundle, see
 ``host_boot``), with a temporary directory standing in for the working directory (paths under it
-are mapped, see ``AgentCalls.path_map``); it serves the same orders as a born sandbox's PID 1
+are mapped, see ``AgentRunner.path_map``); it serves the same orders as a born sandbox's PID 1
 (``_channel``), as a child subreaper instead of a namespace's init. Nothing isolates it: its
 commands can signal it, so a signal is no evidence of whose failure its death was (``_link``).
 """
