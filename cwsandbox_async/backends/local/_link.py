@@ -4,9 +4,11 @@
 stderr pipe into the channel's error tail, and watches the pidfd of the sandbox's first process:
 when it becomes readable the sandbox is gone (for a template-born sandbox the kernel killed
 everything in its pid namespace first), and the channel fails its pending calls. No task, no
-thread: loop callbacks only. A first process that is the driver's own child (``isolation="none"``)
-is reaped then. ``Link.close`` releases all three (idempotent). Signals go through the pidfd, so a
-recycled pid is never signalled.
+thread: loop callbacks only (``anyio.wait_readable`` would need a task per live sandbox, for its
+whole life, in a task group the backend does not have: its calls are bounded by its callers', and it
+holds no block across them; on asyncio anyio waits through ``add_reader`` anyway). A first process
+that is the driver's own child (``isolation="none"``) is reaped then. ``Link.close`` releases all
+three (idempotent). Signals go through the pidfd, so a recycled pid is never signalled.
 
 How the first process ended is the evidence that says whose failure a dead sandbox is
 (``AgentChannel.dead_error``): its wait status, from ``waitid`` for a child of ours, else from the
