@@ -11,7 +11,7 @@ path: cgroups, registry, birth from the template, the agent's hello), each sandb
     python -m benchmarks.bench_birth [--quick]
 
 Also prints where a birth's time goes (``STEPS``: medians of the time between consecutive
-``time.monotonic()`` stamps, the driver's from ``runners/born`` and the sandbox's from its hello; the
+``time.monotonic()`` stamps, the driver's from ``_runners/born`` and the sandbox's from its hello; the
 driver's cgroup and registry work runs beside the template's fork).
 Then the CPU of whole lifecycles (create, ``exec(["true"])``, stop), summed over every process they
 run in, against the floor's lifecycle (the same fork + unshare, whose first child forks and execs

@@ -2,20 +2,20 @@
 
 The backend holds one ``Box`` per sandbox (``_box``: its spec, status and runner), a ``Setup``
 (``_setup``: the template or the plain probe) and a ``Listing`` (``_listing``: status and list); every
-call on a sandbox goes to its runner (``runners``), one class per way a sandbox runs.
+call on a sandbox goes to its runner (``_runners``), one class per way a sandbox runs.
 
 A sandbox is born, not started. One template per backend (``_template``; its in-sandbox half is
 ``agent/_rootfs`` and ``agent/_birth``) has the read-only root view prepared and the agent
 preloaded; each sandbox is a fork of it that enters fresh user, mount, pid, net, ipc, uts and cgroup
 namespaces, runs as its own unprivileged host uid (when the driver is root), mounts its own /proc,
-/tmp and working directory, and becomes the sandbox's PID 1 in process (``runners/born``): one process
+/tmp and working directory, and becomes the sandbox's PID 1 in process (``_runners/born``): one process
 per sandbox at rest. The backend sends PID 1 orders over a socket (``_channel``, wired by
 ``_link``): each request goes into memfds, each exec's output comes straight back through pipes
 the driver created (``_calls``), and PID 1 forks once per exec. It creates cgroups per sandbox
 (``_cgroup``) and records every sandbox in an on-disk registry (``_registry``) so ``list``/
 ``destroy`` also reach sandboxes left by a driver that crashed (``_leftover``). Where no Python
-runs inside, each exec is its own bwrap (``runners/plain``, ``_plain``); ``isolation="none"`` runs
-the agent on the host (``runners/host``).
+runs inside, each exec is its own bwrap (``_runners/plain``, ``_plain``); ``isolation="none"`` runs
+the agent on the host (``_runners/host``).
 
 Limits (``Resources``) and what enforces them:
 
@@ -71,13 +71,13 @@ from ._leftover import destroy_leftover
 from ._listing import ID_RE, Listing
 from ._options import LocalOptions, check_options
 from ._registry import Registry, proc_start_time
+from ._runners.base import Machine, Runner
+from ._runners.born import BornRunner
+from ._runners.host import HostAgentRunner
+from ._runners.plain import PlainRunner
 from ._setup import Setup
 from ._template import Template
 from ._threads import Blocking
-from .runners.base import Machine, Runner
-from .runners.born import BornRunner
-from .runners.host import HostAgentRunner
-from .runners.plain import PlainRunner
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 

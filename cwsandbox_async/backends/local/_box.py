@@ -8,7 +8,7 @@ import anyio
 
 from ..._types import SandboxSpec, SandboxStatus
 from ._cgroup import SandboxCgroup
-from .runners.base import Runner
+from ._runners.base import Runner
 
 __all__ = ["Box"]
 
@@ -16,7 +16,7 @@ __all__ = ["Box"]
 @dataclass
 class Box:
     spec: SandboxSpec
-    #: How it runs (``runners``): every call goes to it, whichever kind of sandbox it is.
+    #: How it runs (``_runners``): every call goes to it, whichever kind of sandbox it is.
     runner: Runner
     status: SandboxStatus = SandboxStatus.CREATING
     stopping: bool = False

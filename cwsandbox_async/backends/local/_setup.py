@@ -17,8 +17,8 @@ from ..._log import log
 from ..._types import DEFAULT_WORKING_DIR
 from ._bwrap import Layout, template_plan
 from ._probe import Probe, ProbeRequest, probe
+from ._runners.base import Machine
 from ._template import AGENT_DIR, Template
-from .runners.base import Machine
 
 __all__ = ["Setup"]
 
