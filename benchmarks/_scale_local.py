@@ -295,7 +295,7 @@ async def local_scale(n: int, watcher: str = "default") -> dict[str, Any]:
             )
 
         procs = live_processes(roots)
-        registry = getattr(backend, "_registry", None)
+        registry = getattr(getattr(backend, "_machine", None), "registry", None)
         print(f"stopping {len(sandboxes)} sandboxes, {EXEC_LIMIT} at a time", flush=True)
         stops, wall, cpu = await timed_gather([sb.stop for sb in sandboxes], EXEC_LIMIT)
         out["stop"] = {

@@ -11,7 +11,7 @@ path: cgroups, registry, birth from the template, the agent's hello), each sandb
     python -m benchmarks.bench_birth [--quick]
 
 Also prints where a birth's time goes (``STEPS``: medians of the time between consecutive
-``time.monotonic()`` stamps, the driver's from ``_born`` and the sandbox's from its hello; the
+``time.monotonic()`` stamps, the driver's from ``_runners/born`` and the sandbox's from its hello; the
 driver's cgroup and registry work runs beside the template's fork).
 Then the CPU of whole lifecycles (create, ``exec(["true"])``, stop), summed over every process they
 run in, against the floor's lifecycle (the same fork + unshare, whose first child forks and execs
@@ -124,8 +124,8 @@ STEPS = (
 def birth_stamps(session: cwa.Session, sb: cwa.Sandbox) -> dict[str, float]:
     """The driver's and the sandbox's stamps of one birth (a peek into the local backend)."""
     box = session.backend._boxes[sb.sandbox_id]  # type: ignore[attr-defined]
-    hello = (box.channel.hello or {}).get("stamps") or {}
-    return {**{f"d:{k}": v for k, v in box.stamps.items()}, **{f"s:{k}": v for k, v in hello.items()}}
+    hello = (box.runner.channel.hello or {}).get("stamps") or {}
+    return {**{f"d:{k}": v for k, v in box.runner.stamps.items()}, **{f"s:{k}": v for k, v in hello.items()}}
 
 
 def breakdown(stamps: list[dict[str, float]]) -> dict[str, float]:
@@ -149,7 +149,7 @@ def stats_ms(values: list[float]) -> dict[str, float]:
 #: Where a lifecycle's CPU goes (keys of ``cpu_per_lifecycle_ms``), in the order printed.
 CPU_PARTS = (
     ("driver", "driver (this process: event loop, worker threads; our own readings subtracted)"),
-    ("template", "template (zygote): its own CPU"),
+    ("template", "template: its own CPU"),
     ("newborn_in_cgroup", "newborn after joining the sandbox's cgroup (enters namespaces, forks PID 1)"),
     ("pid1", "sandbox PID 1 until after the exec (mounts, hardening, loop, serving the exec, fork)"),
     ("exec_child", "exec child (the fork of PID 1 until `true` exits)"),
@@ -158,7 +158,7 @@ CPU_PARTS = (
 
 
 def template_pids() -> list[int]:
-    """The template's processes: those under this process whose command line carries the zygote's
+    """The template's processes: those under this process whose command line carries the template's
     marker, taken while no sandbox is alive (sandbox processes are forks of the template and carry it too)."""
     from ._procstat import tree
 
@@ -166,7 +166,7 @@ def template_pids() -> list[int]:
     for pid, _ in tree(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"cwsandbox-zygote" in f.read():
+                if b"cwsandbox-template" in f.read():
                     found.append(pid)
         except OSError:
             continue
@@ -277,7 +277,7 @@ async def measure(
     rounds: int, cpu_rounds: int, ours_group: AcctGroup | None, floor_group: AcctGroup | None
 ) -> dict[str, Any]:
     async with cwa.Session(backend="local", handle_signals=False) as session:
-        python = session.backend._python  # type: ignore[attr-defined]  # the sandbox's own interpreter
+        python = session.backend._machine.python  # type: ignore[attr-defined]  # the sandbox's own interpreter
         await (await session.sandbox()).stop()  # the template starts here, once: not timed
         ours: list[float] = []
         base: list[float] = []

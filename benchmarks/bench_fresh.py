@@ -113,7 +113,7 @@ async def main() -> None:
     lats: dict[str, list[float]] = {k: [] for k in walls}
     passed: dict[str, bool] = dict.fromkeys(walls, True)
     async with cwa.Session(backend="local", handle_signals=False) as session:
-        python = session.backend._python  # type: ignore[attr-defined]  # the sandbox's own interpreter
+        python = session.backend._machine.python  # type: ignore[attr-defined]  # the sandbox's own interpreter
         await (await session.sandbox()).stop()  # the template starts once, not timed
         warm = [await session.sandbox() for _ in range(CONCURRENCY)]
         free = list(warm)

@@ -12,8 +12,10 @@ Two ways to run that task:
   call (never ``asyncio.run`` per call, which would kill pooled sandboxes); closed
   by ``close()`` or at interpreter exit.
 - ``start_detached``: for async callers on a loop they do not own (TRL's
-  ``GRPOTrainer-AsyncLoop`` thread). The host task is created on the running
-  asyncio loop on first use and lives until ``stop()``.
+  ``GRPOTrainer-AsyncLoop`` thread). The host task runs in a task group its owner
+  opened (a ``HostedTaskGroup``, as a Session opened with ``open()`` hosts its own:
+  the owner is a reward function with no ``async with`` block) on first use, and
+  lives until ``stop()``; the owner then closes the group.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import anyio.from_thread
 
 from .._errors import SandboxError
 from .._log import log
+from .._tasks import HostedTaskGroup
 from ..pool import SandboxPool
 
 if TYPE_CHECKING:
@@ -164,16 +167,17 @@ class _FutureStatus:
             self._future.set_result(value)
 
 
-def start_detached(host: SessionHost) -> tuple[asyncio.Task[None], asyncio.Future[SessionHost]]:
-    """Start ``host.serve()`` as a task of the running asyncio loop; return the task and its readiness.
+async def start_detached(host: SessionHost, tasks: HostedTaskGroup) -> tuple[anyio.Event, asyncio.Future[SessionHost]]:
+    """Start ``host.serve()`` in ``tasks`` (a task group its owner opened and closes); return an event
+    set when it has ended, and its readiness.
 
     Await ``asyncio.shield(ready)`` to wait for the session (and pool) to open; it
     raises what opening them raised (the task is then finished). The task outlives
-    the caller; stop it with ``host.stop()``, then await it. asyncio only; must be
-    called from a coroutine running on the loop.
+    the caller; stop it with ``host.stop()``, wait for the event, then close ``tasks``.
+    asyncio only; must be called from a coroutine running on the loop.
     """
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[SessionHost] = loop.create_future()
+    ready: asyncio.Future[SessionHost] = asyncio.get_running_loop().create_future()
+    ended = anyio.Event()
 
     async def run() -> None:
         try:
@@ -188,9 +192,10 @@ def start_detached(host: SessionHost) -> tuple[asyncio.Task[None], asyncio.Futur
                 ready.cancel()
             raise
         finally:
+            ended.set()
             if not ready.done():
                 # Ended without an error and without serving: a bug, not the platform's failure.
                 ready.set_exception(SandboxError("session host ended before it was ready", infrastructure=False))
 
-    task = loop.create_task(run(), name="cwsandbox-session-host")
-    return task, ready
+    (await tasks.open()).start_soon(run, name="cwsandbox-session-host")
+    return ended, ready

@@ -72,9 +72,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 
+import anyio
+
 from .._errors import SandboxError, SandboxValidationError
 from .._log import log
 from .._session import Session
+from .._tasks import HostedTaskGroup
 from .._types import SandboxDefaults
 from ..backends import BACKENDS
 from ..judge._reward import JudgeOptions
@@ -292,7 +295,9 @@ class CodeReward(_Base):
     def __init__(self, settings: RewardSettings) -> None:
         super().__init__(settings)
         self._host: SessionHost | None = None
-        self._task: asyncio.Task[None] | None = None
+        #: The task group the session host runs in (opened at the first call), and the host's end.
+        self._tasks: HostedTaskGroup | None = None
+        self._ended: anyio.Event | None = None
         self._ready: asyncio.Future[SessionHost] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._atexit = False
@@ -309,7 +314,9 @@ class CodeReward(_Base):
         if ready is None or (ready.done() and (ready.cancelled() or ready.exception() is not None)):
             self._loop = loop
             self._host = self._new_host()
-            self._task, ready = start_detached(self._host)
+            if self._tasks is None:
+                self._tasks = HostedTaskGroup("cwsandbox-reward-tasks")
+            self._ended, ready = await start_detached(self._host, self._tasks)
             self._ready = ready
             if not self._atexit:
                 ref = weakref.ref(self)
@@ -350,17 +357,22 @@ class CodeReward(_Base):
 
     async def aclose(self) -> None:
         """Close the session (stopping every sandbox) on this loop. Idempotent."""
-        host, task, self._host, self._task, self._ready, self._loop = self._host, self._task, None, None, None, None
-        if host is None or task is None:
+        host, ended, tasks = self._host, self._ended, self._tasks
+        self._host, self._ended, self._tasks, self._ready, self._loop = None, None, None, None, None
+        if tasks is None:
             return
-        host.stop()
-        if not task.done():
-            await asyncio.wait_for(asyncio.shield(task), HOST_CLOSE_TIMEOUT_SECONDS)
+        try:
+            if host is not None and ended is not None:
+                host.stop()
+                with anyio.fail_after(HOST_CLOSE_TIMEOUT_SECONDS):
+                    await ended.wait()
+        finally:
+            await tasks.aclose()
 
     def close(self, timeout_seconds: float = HOST_CLOSE_TIMEOUT_SECONDS) -> None:
         """Close from outside the loop (another thread, or atexit). A no-op if the loop has stopped."""
-        loop, task = self._loop, self._task
-        if loop is None or task is None or task.done():
+        loop, ended = self._loop, self._ended
+        if loop is None or ended is None or ended.is_set():
             return  # never opened, already closed, or its loop ended (asyncio.run cancels it, closing the session)
         if loop.is_closed() or not loop.is_running():
             log.warning("reward function's loop is not running; its session cannot be closed cleanly")

@@ -127,7 +127,7 @@ async def test_the_drivers_directories_are_absent(tag: str, tmp_path: Path) -> N
     secret = tmp_path / "api-key.txt"
     secret.write_text("sk-DRIVER-SECRET")
     async with arena(tag) as a:
-        state_dir = a.session.backend._registry.state_dir  # type: ignore[attr-defined]
+        state_dir = a.session.backend._machine.registry.state_dir  # type: ignore[attr-defined]
         for path in (str(tmp_path), str(Path.cwd()), state_dir, HOME):
             r = await a.victim.exec(["ls", "-A", path])
             assert r.returncode != 0, (path, r.stdout)

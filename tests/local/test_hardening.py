@@ -248,7 +248,7 @@ async def test_home_is_read_only_and_empty_and_user_site_is_off(tag: str) -> Non
 async def test_hardening_is_reported_by_the_agent(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()
-        hello = s.backend._boxes[sb.sandbox_id].channel.hello  # type: ignore[attr-defined]
+        hello = s.backend._boxes[sb.sandbox_id].runner.channel.hello  # type: ignore[attr-defined]
         want = "installed" if MACHINE in seccomp.AUDIT_ARCH else "none: no seccomp filter for " + MACHINE
         assert hello["hardening"] == {"keyring": "fresh", "seccomp": want}
 

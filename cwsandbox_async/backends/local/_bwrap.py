@@ -244,7 +244,7 @@ def _target(step: list[Any]) -> str:
 
 
 def sandbox_mounts(layout: Layout) -> list[list[Any]]:
-    """A newborn's own mounts, in order (see ``agent/_zygote._settle``): a fresh /proc, /tmp, working
+    """A newborn's own mounts, in order (see ``agent/_birth._settle``): a fresh /proc, /tmp, working
     directory, /dev/shm and /dev/pts."""
     out: list[list[Any]] = [["proc", "/proc"], ["tmpfs", "/tmp", layout.tmp_bytes, 0o1777]]
     if layout.working_dir != "/tmp":

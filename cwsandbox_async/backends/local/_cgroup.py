@@ -206,21 +206,6 @@ class SandboxCgroup:
         self.paths = left
         return not left
 
-    def memory_events(self) -> dict[str, int]:
-        """The commands' OOM counters (e.g. ``{"oom_kill": 1}``); empty when unknown."""
-        if self.events is None:
-            return {}
-        try:
-            text = _read(self.events)
-        except OSError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if value.strip().isdigit():
-                out[key] = int(value)
-        return out
-
 
 class CgroupManager:
     """Finds where this process may create cgroups, once; then creates one group set per sandbox."""

@@ -56,8 +56,8 @@ async def birth_probes(p: Any, backend: Any) -> None:
         box = boxes[(await p.sandbox()).sandbox_id]
         parent = _field(_host(f"/proc/{box.pid}/status"), "PPid")
         t = backend._template
-        zygote = _host(f"/proc/{t.pid}/task/{t.pid}/children").split() if t is not None and t.pid else []
-        ok = parent in zygote
+        children = _host(f"/proc/{t.pid}/task/{t.pid}/children").split() if t is not None and t.pid else []
+        ok = parent in children
         return (OK if ok else FAIL), f"the sandbox's first process (host pid {box.pid}) is a child of the template"
 
     await p.check("born from the template", "the host's PPid of the sandbox's first process", template)

@@ -4,9 +4,11 @@
 stderr pipe into the channel's error tail, and watches the pidfd of the sandbox's first process:
 when it becomes readable the sandbox is gone (for a template-born sandbox the kernel killed
 everything in its pid namespace first), and the channel fails its pending calls. No task, no
-thread: loop callbacks only. A first process that is the driver's own child (``isolation="none"``)
-is reaped then. ``Link.close`` releases all three (idempotent). Signals go through the pidfd, so a
-recycled pid is never signalled.
+thread: loop callbacks only (``anyio.wait_readable`` would need a task per live sandbox, for its
+whole life, in a task group the backend does not have: its calls are bounded by its callers', and it
+holds no block across them; on asyncio anyio waits through ``add_reader`` anyway). A first process
+that is the driver's own child (``isolation="none"``) is reaped then. ``Link.close`` releases all
+three (idempotent). Signals go through the pidfd, so a recycled pid is never signalled.
 
 How the first process ended is the evidence that says whose failure a dead sandbox is
 (``AgentChannel.dead_error``): its wait status, from ``waitid`` for a child of ours, else from the
@@ -24,15 +26,16 @@ import contextlib
 import fcntl
 import os
 import signal
+import socket
 import struct
+from dataclasses import dataclass
 
 import anyio
 
 from ._channel import AgentChannel
-from ._template import Newborn
 from ._threads import Blocking
 
-__all__ = ["Link", "pidfd_exit_status"]
+__all__ = ["Link", "ProcessHandles", "pidfd_exit_status"]
 
 #: ``ioctl(pidfd, PIDFD_GET_INFO, struct pidfd_info)``: ``_IOWR(0xFF, 11, 64 bytes)``.
 PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
@@ -55,6 +58,31 @@ def pidfd_exit_status(pidfd: int) -> int | bool | None:
     return int(fields[-1]) if fields[0] & PIDFD_INFO_EXIT else True
 
 
+@dataclass
+class ProcessHandles:
+    """The driver's descriptors on a sandbox's first process: its channel socket, stderr pipe and pidfd.
+
+    Filled in as the process starts (a birth from the template, or a host agent's spawn), so a start
+    that fails or is cancelled can be undone (``close``)."""
+
+    sock: socket.socket | None = None
+    stderr: int = -1
+    pidfd: int = -1
+    pid: int | None = None
+
+    def close(self) -> None:
+        """Close every fd the driver holds for this process (idempotent)."""
+        if self.sock is not None:
+            self.sock.close()
+        for fd in (
+            self.stderr,
+            self.pidfd,
+        ):
+            if fd >= 0:
+                os.close(fd)
+        self.stderr = self.pidfd = -1
+
+
 class _StderrSide(asyncio.Protocol):
     def __init__(self, channel: AgentChannel) -> None:
         self.channel = channel
@@ -68,12 +96,12 @@ class Link:
     process is this process's child (waited for when it exits)."""
 
     def __init__(
-        self, sandbox_id: str, newborn: Newborn, blocking: Blocking, eof_grace: float, reap: bool = False
+        self, sandbox_id: str, handles: ProcessHandles, blocking: Blocking, eof_grace: float, reap: bool = False
     ) -> None:
-        assert newborn.sock is not None
-        sock, newborn.sock = newborn.sock, None  # the channel owns it now
+        assert handles.sock is not None
+        sock, handles.sock = handles.sock, None  # the channel owns it now
         self.channel = AgentChannel(sandbox_id, sock, blocking, eof_grace)
-        self.newborn = newborn
+        self.handles = handles
         self.reap = reap
         self.exited = anyio.Event()
         self._transport: asyncio.BaseTransport | None = None
@@ -81,7 +109,7 @@ class Link:
 
     async def open(self) -> None:
         """Start watching; ``OSError`` if the loop refuses a descriptor."""
-        nb = self.newborn
+        nb = self.handles
         assert nb.pidfd >= 0
         loop = asyncio.get_running_loop()
         loop.add_reader(nb.pidfd, self._on_exit)
@@ -95,7 +123,7 @@ class Link:
         if self.reap:
             info = None
             with contextlib.suppress(ChildProcessError):
-                info = os.waitid(os.P_PIDFD, self.newborn.pidfd, os.WEXITED | os.WNOHANG)
+                info = os.waitid(os.P_PIDFD, self.handles.pidfd, os.WEXITED | os.WNOHANG)
             # An agent on the host (``isolation="none"``): its commands can signal it, so a signal is
             # no evidence of anything; only its exit code is recorded.
             exited = info is not None and info.si_code == os.CLD_EXITED
@@ -107,7 +135,7 @@ class Link:
             self.channel.process_exited()
 
     def _look_for_status(self, tries: int) -> None:
-        status = pidfd_exit_status(self.newborn.pidfd) if self.newborn.pidfd >= 0 else None
+        status = pidfd_exit_status(self.handles.pidfd) if self.handles.pidfd >= 0 else None
         if status is True and tries > 0:
             asyncio.get_running_loop().call_later(STATUS_POLL, self._look_for_status, tries - 1)
         elif isinstance(status, int) and not isinstance(status, bool):
@@ -121,13 +149,13 @@ class Link:
     def _unwatch(self) -> None:
         if self._watching:
             self._watching = False
-            asyncio.get_running_loop().remove_reader(self.newborn.pidfd)
+            asyncio.get_running_loop().remove_reader(self.handles.pidfd)
 
     def kill(self) -> None:
         """SIGKILL the sandbox's first process (for a born one the kernel then kills the rest of its pid namespace)."""
-        if self.newborn.pidfd >= 0 and not self.exited.is_set():
+        if self.handles.pidfd >= 0 and not self.exited.is_set():
             with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.newborn.pidfd, signal.SIGKILL)
+                signal.pidfd_send_signal(self.handles.pidfd, signal.SIGKILL)
 
     def close(self) -> None:
         """Close the channel, the stderr pipe and the pidfd (the sandbox keeps running if it was)."""
@@ -136,4 +164,4 @@ class Link:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
-        self.newborn.close()
+        self.handles.close()

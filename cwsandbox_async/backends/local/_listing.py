@@ -1,8 +1,9 @@
 """``status`` and ``list`` of a ``LocalBackend``: what it holds, and what the registry says of the rest.
 
-``Listing`` is a mixin of ``LocalBackend`` (``_backend``). Registry reads and ``/proc`` checks run in a
-worker thread. ``reap_for`` (at the first create with a set of tags) reaps the entries carrying them whose
-owner process is gone (``_leftover.reap``); ``list`` only reads, and reports what was reaped.
+``LocalBackend`` (``_backend``) holds one ``Listing``, which sees the backend's boxes. Registry reads
+and ``/proc`` checks run in a worker thread. ``reap_for`` (at the first create with a set of tags)
+reaps the entries carrying them whose owner process is gone (``_leftover.reap``); ``list`` only
+reads, and reports what was reaped.
 """
 
 from __future__ import annotations
@@ -28,21 +29,25 @@ REMEMBER_REAPED = 4096
 
 
 class Listing:
-    """The status and list half of ``LocalBackend`` (see the module docstring)."""
+    """``status`` and ``list`` of one ``LocalBackend`` (see the module docstring)."""
 
-    name: str
-    _blocking: Blocking
-    _registry: Registry
-    _boxes: dict[str, Box]
-    _destroyed: DestroyedIds
-    _reaped: dict[str, SandboxInfo]
-    _reaped_tags: set[tuple[str, ...]]
+    def __init__(
+        self, name: str, registry: Registry, blocking: Blocking, boxes: dict[str, Box], destroyed: DestroyedIds
+    ) -> None:
+        self.name = name
+        self._registry = registry
+        self._blocking = blocking
+        #: The backend's own (shared, not copied): what it holds, and what it destroyed.
+        self._boxes = boxes
+        self._destroyed = destroyed
+        self._reaped: dict[str, SandboxInfo] = {}
+        self._reaped_tags: set[tuple[str, ...]] = set()
 
     # -- status and list -----------------------------------------------------------
     async def status(self, sandbox_id: str) -> SandboxStatus:
         box = self._boxes.get(sandbox_id)
         if box is not None:
-            if box.status is SandboxStatus.RUNNING and box.channel is not None and not box.channel.alive:
+            if box.status is SandboxStatus.RUNNING and box.runner.failure() is not None:
                 box.status = SandboxStatus.FAILED
             return box.status
         if sandbox_id in self._destroyed:

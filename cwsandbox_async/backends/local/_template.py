@@ -1,6 +1,6 @@
-"""The driver's side of the template (zygote) that births local sandboxes (see ``agent/_rootfs``, ``agent/_zygote``).
+"""The driver's side of the template that births local sandboxes (see ``agent/_rootfs``, ``agent/_birth``).
 
-``Template.start`` runs ``python3 -I -S agent/_rootfs.py cwsandbox-zygote <fd>`` once per backend:
+``Template.start`` runs ``python3 -I -S agent/_rootfs.py cwsandbox-template <fd>`` once per backend:
 the template builds the sandboxes' read-only root view and preloads the agent, then waits on its
 control socket (``AF_UNIX``, ``SOCK_SEQPACKET``). ``Template.fork`` asks it for one sandbox: it
 sends ``F`` with the newborn's channel socket and stderr pipe as SCM_RIGHTS; ``Template.deliver``
@@ -45,7 +45,6 @@ import signal
 import socket
 import subprocess
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,39 +52,19 @@ import anyio
 
 from ..._errors import SandboxBackendUnavailableError, SandboxCreationError
 from ..._log import log
+from ._link import ProcessHandles
 from ._threads import Blocking
 
-__all__ = ["AGENT_DIR", "Newborn", "Template", "pidfd_pid"]
+__all__ = ["AGENT_DIR", "MARKER", "Template", "pidfd_pid"]
 
 #: The in-sandbox package, bound read-only into every sandbox.
 AGENT_DIR = str(Path(__file__).resolve().parent / "agent")
 ROOTFS_SCRIPT = os.path.join(AGENT_DIR, "_rootfs.py")
 #: Marker on the template's command line (and so on every sandbox process's: they are its forks).
-MARKER = "cwsandbox-zygote"
+MARKER = "cwsandbox-template"
 FORK = b"F"
 BORN = b"B"
 READY = b"R"
-
-
-@dataclass
-class Newborn:
-    """One sandbox as it is born: filled in as the birth proceeds, so a cancelled birth can be undone."""
-
-    sock: socket.socket | None = None
-    stderr: int = -1
-    pidfd: int = -1
-    pid: int | None = None
-    extra: list[int] = field(default_factory=list)
-
-    def close(self) -> None:
-        """Close every fd the driver holds for this newborn (idempotent)."""
-        if self.sock is not None:
-            self.sock.close()
-        for fd in (self.stderr, self.pidfd, *self.extra):
-            if fd >= 0:
-                os.close(fd)
-        self.stderr = self.pidfd = -1
-        self.extra = []
 
 
 class Template:
@@ -185,7 +164,7 @@ class Template:
             pass
         return out.decode("utf-8", "replace").strip()[-2000:]
 
-    async def fork(self, newborn: Newborn, first: bytes) -> None:
+    async def fork(self, newborn: ProcessHandles, first: bytes) -> None:
         """Ask the template for a newborn: ``F`` with its channel (a ``SOCK_SEQPACKET`` socket, see
         ``agent.protocol``) and stderr pipe (``newborn.sock``/``stderr``).
 
@@ -207,7 +186,7 @@ class Template:
             theirs.close()
             os.close(err_w)
 
-    async def deliver(self, newborn: Newborn, payload: bytes, fds: list[int]) -> None:
+    async def deliver(self, newborn: ProcessHandles, payload: bytes, fds: list[int]) -> None:
         """Send the newborn its configuration (and ``fds``), then wait for its ``B`` record.
 
         Returns once it arrived (``newborn.pidfd`` set; ``newborn.pid`` is filled in by the caller,
@@ -229,7 +208,7 @@ class Template:
             raise SandboxCreationError(f"the sandbox was not born: {self._newborn_error(newborn)}", reason="birth")
         newborn.pidfd = got[0]
 
-    def _newborn_error(self, newborn: Newborn) -> str:
+    def _newborn_error(self, newborn: ProcessHandles) -> str:
         out = b""
         try:
             while chunk := os.read(newborn.stderr, 65536):

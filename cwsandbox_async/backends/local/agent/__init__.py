@@ -3,7 +3,7 @@
 Inside a sandbox this package is ``cwsandbox_agent``: the template-born sandboxes import it from
 the directory the driver binds read-only at ``/run/cwsandbox/cwsandbox_agent`` (see ``_rootfs``);
 an unisolated agent (``isolation="none"``) loads it from a bundle of compiled modules the driver
-sends (``_protocol.agent_bundle``). Modules here may import only the standard library and each
+sends (``_runners/host_boot.agent_bundle``). Modules here may import only the standard library and each
 other (relatively). On the driver side it is ``cwsandbox_async.backends.local.agent``, imported by
 the tests and for the protocol constants (``protocol``).
 
@@ -20,6 +20,6 @@ request and becomes the command::
 Modules: ``main`` (entry points), ``init`` (PID 1's loop), ``execs`` (starting, watching, ending
 and reporting execs), ``child`` (what a fork becomes), ``files``, ``proctree`` (process trees, CPU
 and run-queue wait), ``oom`` (cgroup OOM counts), ``harden`` and ``seccomp`` (birth-path
-hardening), ``sysapi`` (ctypes), ``settings``, ``protocol``; ``_rootfs`` and ``_zygote`` are the
-zygote that births sandboxes (the driver's side of birth: ``_template``, ``_born``).
+hardening), ``sysapi`` (ctypes), ``settings``, ``protocol``; ``_rootfs`` and ``_birth`` are the
+template that births sandboxes (the driver's side of birth: ``_template``, ``_runners/born``).
 """

@@ -1,6 +1,6 @@
-"""Stage one of the local backend's template (zygote): namespaces and the read-only root view, once.
+"""Stage one of the local backend's template: namespaces and the read-only root view, once.
 
-Runs as a script, ``python3 -I -S .../agent/_rootfs.py cwsandbox-zygote <control fd>``, before the
+Runs as a script, ``python3 -I -S .../agent/_rootfs.py cwsandbox-template <control fd>``, before the
 agent package is importable (stdlib only, no relative imports). The driver sends its configuration as
 the first message on the control socket. Then:
 
@@ -14,14 +14,14 @@ the first message on the control socket. Then:
    all), so a SIGKILLed driver leaves no process behind; Z also dies with P (``PR_SET_PDEATHSIG``).
    P itself deliberately has no parent-death signal: the kernel sends it when the *thread* that forked
    P exits, and the driver starts templates from a worker thread that may come and go.
-2. **Z, the zygote** builds the sandboxes' root file system once, from the driver's plan (see
+2. **Z, the template proper** builds the sandboxes' root file system once, from the driver's plan (see
    ``_bwrap.template_plan``): a tmpfs holding read-only binds of the exposed host directories, a
    minimal ``/dev``, ``/sys`` read-only, the masks, the agent package at ``AGENT_ROOT`` and a ``/proc``
    of Z's own pid namespace; it then ``pivot_root``s into it and detaches the host's mounts, so no
    sandbox's mount namespace ever contains a host mount other than the read-only binds. Per-sandbox
    mounts (``/proc``, ``/tmp``, the working directory, ``/dev/shm``, ``/dev/pts``) are left to each
-   newborn (see ``_zygote``). Z then imports the agent package from its bound, read-only path and
-   serves births (``_zygote.serve``).
+   newborn (see ``_birth``). Z then imports the agent package from its bound, read-only path and
+   serves births (``_birth.serve``).
 
 Errors before Z serves are printed to stderr and end the process with status 71 (the driver reports
 them as the backend being unavailable here).
@@ -293,12 +293,12 @@ def main(argv: list[str]) -> None:
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
         unshare(CLONE_NEWPID)
-        zygote = os.fork()
+        server = os.fork()
     except BaseException:
         _fatal()
-    if zygote != 0:
+    if server != 0:
         ctl.close()
-        _, status = os.waitpid(zygote, 0)
+        _, status = os.waitpid(server, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # getppid() is 0 here (P is outside our pid namespace)
@@ -314,10 +314,10 @@ def main(argv: list[str]) -> None:
         sys.path[:0] = [AGENT_ROOT]
         import importlib
 
-        zygote_module = importlib.import_module(AGENT_PACKAGE + "._zygote")
+        births = importlib.import_module(AGENT_PACKAGE + "._birth")
     except BaseException:
         _fatal()
-    zygote_module.serve(ctl, config)
+    births.serve(ctl, config)
 
 
 def _fatal() -> None:

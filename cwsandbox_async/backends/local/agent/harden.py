@@ -2,7 +2,7 @@
 
 Two kinds of steps, in this order:
 
-- **Privileged steps**, run by the birth path (``_zygote``): ``bound_sysv_ipc`` by the
+- **Privileged steps**, run by the birth path (``_birth``): ``bound_sysv_ipc`` by the
   newborn right after it entered a new IPC namespace while still uid 0 of the
   template's user namespace (which then owns the IPC namespace, so the sandbox user
   cannot change the bounds: SysV IPC memory lives outside every process -- a

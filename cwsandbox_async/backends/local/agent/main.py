@@ -1,7 +1,7 @@
 """Entry points of the agent package inside a sandbox (stdlib only).
 
 - ``run(config, fd, cgroup=...)``: PID 1 of a template-born sandbox, on its channel socket ``fd``
-  (``_zygote`` calls it in each newborn, after namespaces, mounts and the uid drop). ``cgroup``
+  (``_birth`` calls it in each newborn, after namespaces, mounts and the uid drop). ``cgroup``
   holds fds the driver opened: ``cmd_procs`` (``cgroup.procs`` of the commands' cgroup(s): every
   child of an exec writes itself in, so the memory limit binds the commands and never PID 1),
   ``cmd_events`` (the file counting that cgroup's OOM kills) and ``sandbox_cpu`` (its CPU usage).

@@ -289,7 +289,7 @@ def assemble(instructions: list[tuple[int, int, int, int]]) -> bytes:
     return b"".join(_INSN.pack(*insn) for insn in instructions)
 
 
-#: The native machine's filter, assembled once at import (in a zygote: before any sandbox exists,
+#: The native machine's filter, assembled once at import (in the template: before any sandbox exists,
 #: so the bytes are shared, not rebuilt in every newborn).
 NATIVE = assemble(program(sysapi.MACHINE)) if sysapi.MACHINE in AUDIT_ARCH else b""
 
@@ -301,7 +301,7 @@ if sysapi.AVAILABLE:
 
         _fields_: ClassVar[Any] = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    # The native program as the kernel takes it, built once (a zygote imports this before any
+    # The native program as the kernel takes it, built once (the template imports this before any
     # sandbox exists: each newborn only makes the system call).
     _NATIVE_BUF = ctypes.create_string_buffer(NATIVE, len(NATIVE))
     _NATIVE_PROG = SockFprog(len(NATIVE) // _INSN.size, ctypes.cast(_NATIVE_BUF, ctypes.c_void_p))

@@ -1,8 +1,8 @@
-"""What the driver sends an unisolated agent: the bootstrap, the agent package, its configuration.
+"""What the driver sends a host agent at its boot: the bootstrap, the agent package, its configuration.
 
-The protocol the agent then speaks lives in ``agent.protocol`` (shared with the driver's
-``_channel``). Template-born sandboxes import the agent package from the zygote (``agent/_zygote``).
-An unisolated agent (``isolation="none"``) is started as
+Only the boot: the protocol the agent then speaks lives in ``agent.protocol`` (shared with the
+driver's ``_channel``). Template-born sandboxes import the agent package from the template instead
+(``agent/_birth``). A host agent (``isolation="none"``, see ``host``) is started as
 ``python3 -I -c BOOTSTRAP cwsandbox-agent <sandbox id> [fd]``.
 ``BOOTSTRAP`` reads ``u32 bundle length, u32 config length, bundle, config`` from
 fd 0 (or the fd given), installs a finder that serves the modules of the bundle
@@ -56,7 +56,7 @@ __import__('PACKAGE.main').main.boot(g,b)
 @lru_cache(maxsize=4)
 def agent_bundle(magic: str) -> bytes:
     """The agent package as BOOTSTRAP loads it; compiled when ``magic`` (hex) is our bytecode magic."""
-    here = Path(__file__).resolve().parent / "agent"
+    here = Path(__file__).resolve().parent.parent / "agent"
     compiled = bool(magic) and magic == importlib.util.MAGIC_NUMBER.hex()
     modules: dict[str, tuple[bool, Any]] = {}
     for path in sorted(here.glob("*.py")):

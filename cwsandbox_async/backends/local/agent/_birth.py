@@ -1,4 +1,4 @@
-"""The template (zygote) that births every local sandbox, and the birth of one sandbox (stdlib only).
+"""The template's serving stage, which births every local sandbox, and the birth of one sandbox (stdlib only).
 
 Z, the template, runs inside the root view ``_rootfs`` built (PID 1 of its own pid namespace, uid 0
 of a user namespace that maps only unprivileged host ids). It imports the agent before anything
