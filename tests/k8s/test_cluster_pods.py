@@ -3,6 +3,7 @@ pods that die mid-exec. The node's own view (its process list, its faults) is th
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from cwsandbox_async import SandboxNotRunningError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
+from cwsandbox_async.backends.kubernetes._watch import _Gone
 from cwsandbox_async.testing.contract import make_request, make_spec
 
 from .real import Tenant, tenant
@@ -133,3 +135,25 @@ async def test_one_watch_stream_per_backend_however_many_pods(real_cluster: Any)
             await backend.aclose()
         assert await until(baseline) == baseline
         await t.wait_no_pods()
+
+
+async def test_a_watch_from_a_resource_version_too_old_is_410_inside_a_200_and_the_watch_relists(
+    pod: tuple[Tenant, KubernetesBackend, str],
+) -> None:
+    """kube-apiserver's watch cache answers a watch from before its window with HTTP 200 and one
+    ``ERROR`` event carrying a 410 Status (the test server can send it either way). The backend's
+    watch reads that as "gone" and relists, as it does for an HTTP 410."""
+    t, backend, sid = pod
+    path = f"/api/v1/namespaces/{t.namespace}/pods?watch=1&resourceVersion=1&timeoutSeconds=5"
+    raw = await anyio.to_thread.run_sync(lambda: t.cluster.api_text(path))  # admin: the raw bytes, read to the end
+    (line,) = [ln for ln in raw.splitlines() if ln.strip()]
+    event = json.loads(line)
+    assert event["type"] == "ERROR"
+    assert (event["object"]["kind"], event["object"]["code"], event["object"]["reason"]) == ("Status", 410, "Expired")
+    watch = backend.watch
+    assert watch is not None
+    with pytest.raises(_Gone), anyio.fail_after(30):
+        await watch._watch_once("1")  # the backend's own request, on the backend's credentials
+    relists = watch.relists
+    assert (await backend.exec(sid, make_request("true"))).returncode == 0  # the shared watch is unharmed
+    assert watch.relists == relists
