@@ -7,10 +7,11 @@ Two facts, both independent of how busy the machine is, checked over a session's
   file-system and process call CPython makes; on the loop's thread none may touch a real file
   system (``open`` of a regular file, ``os.listdir``/``scandir``/``mkdir``/``rmdir``/``remove``/
   ``rename``, ``shutil.rmtree``, ...) or sleep (``time.sleep``). Allowed, because none of them
-  waits on a device: wrapping an fd already open (a pipe) in a file object, opening one file of the kernel's own pseudo file systems (``/proc``, a
-  cgroup's ``/sys/fs/cgroup`` file, read through an fd kept open), and ``subprocess.Popen`` where
-  asyncio's own subprocess transport calls it (the only way asyncio spawns a process). Import
-  machinery (a module imported lazily on first use) is not the backend's doing and is skipped.
+  waits on a device: wrapping an fd already open (a pipe) in a file object; opening one file of
+  the kernel's own pseudo file systems (``/proc``, a cgroup's ``/sys/fs/cgroup`` file, read
+  through an fd kept open); and ``subprocess.Popen`` where asyncio's own subprocess transport
+  calls it (the only way asyncio spawns a process). Import machinery (a module imported lazily
+  on first use) is not the backend's doing and is skipped.
 - **No callback does 20 ms of CPU work on the loop**, measured as the thread's own CPU time
   (``time.thread_time``), which a busy machine does not inflate. The test process's heap is frozen
   first (``gc.freeze``) so a full collection of a big pytest process does not count.
