@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "judge": ("benchmarks.bench_judge", "64 completions x 20 cases, Python and C++, vs plain subprocesses"),
     "verdict": ("benchmarks.bench_verdict", "the rewards' test harness: its cost and the early exits it stops"),
     "scale": ("benchmarks.bench_scale", "1,000 live local sandboxes; 10,000 simulated"),
+    "rollouts": ("benchmarks.bench_rollouts", "concurrent agent rollouts, a fresh local sandbox each, vs one alone"),
     "k8s": ("benchmarks.bench_k8s", "Kubernetes path against the test API server"),
     "coreweave": ("benchmarks.bench_coreweave", "CoreWeave path against its test server, next to the cwsandbox SDK"),
 }
