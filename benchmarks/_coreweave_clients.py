@@ -1,13 +1,14 @@
 """The clients bench_coreweave compares, each run in its own process (so getrusage sees only it).
 
-    python -m benchmarks._coreweave_clients {ours,ours-stream,bare,bare-stream,sdk} URL N_SANDBOXES EXECS_EACH
+    python -m benchmarks._coreweave_clients CLIENT URL N_SANDBOXES EXECS_EACH
     python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
 
-The first form prints ``{"cpu_seconds", "wall_seconds", "execs"}``: client CPU (user +
-system, every thread of this process) spent on ``EXECS_EACH`` sequential execs of
-``true`` in each of N sandboxes at once, after the sandboxes are running and warmed up.
-The second starts a test server in this process and prints the calls it received per
-method during one lifecycle (create, ready, exec, write, read, destroy) of N sandboxes.
+CLIENT is one of ours, ours-stream, bare, bare-stream, bare-sync-stream, sdk. The first form
+prints ``{"cpu_seconds", "wall_seconds", "execs"}``: client CPU (user + system, every thread
+of this process) spent on ``EXECS_EACH`` sequential execs of ``true`` in each of N sandboxes
+at once, after the sandboxes are running and warmed up. The second starts a test server in
+this process and prints the calls it received per method during one lifecycle (create,
+ready, exec, write, read, destroy) of N sandboxes.
 """
 
 from __future__ import annotations
@@ -83,6 +84,59 @@ async def bare(url: str, n: int, each: int, rpc: str) -> dict[str, float]:
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
 
+async def bare_sync(url: str, n: int, each: int) -> dict[str, float]:
+    """Diagnostic: the SDK's exec (argv ``true``) over ``StreamExec`` on grpc's sync (C-core, non-aio) stack:
+    a separate ``grpc.insecure_channel`` with ``SingleThreadedUnaryStream`` (each call's events are taken
+    in the calling thread, no channel spin thread), every exec in a worker thread
+    (``loop.run_in_executor``), so the loop wakes once per exec where grpc.aio wakes it per message."""
+    import concurrent.futures
+
+    import grpc
+    import grpc.experimental
+    from cwsandbox._proto import sandbox_pb2 as pb
+
+    import cwsandbox_async as cwa
+
+    defaults = cwa.SandboxDefaults(tags=("bench",), resources=cwa.Resources(pids=None, tmp_mib=None))
+    async with cwa.Session(defaults, backend="coreweave", backend_options={"base_url": url}) as s:
+        sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
+        backend: Any = s.backend
+        ids = [backend._ids[sb.sandbox_id] for sb in sandboxes]
+        single = (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)
+        channel = grpc.insecure_channel(backend.channel.endpoint.target, options=[("grpc.enable_retries", 0), single])
+        call = channel.unary_stream(
+            "/coreweave.sandbox.v1.SandboxService/StreamExec",
+            request_serializer=pb.ExecStreamRequest.SerializeToString,
+            response_deserializer=pb.ExecStreamResponse.FromString,
+        )
+        metadata = backend.channel.metadata
+        pool = concurrent.futures.ThreadPoolExecutor(n)
+        loop = asyncio.get_running_loop()
+
+        def one(service_id: str) -> int:
+            init = pb.ExecStreamRequest(init=pb.ExecStreamInit(sandbox_id=service_id, command=["true"]))
+            responses = call(init, timeout=60, metadata=metadata)
+            try:
+                for r in responses:
+                    if r.WhichOneof("message") == "exit":
+                        return int(r.exit.exit_code)
+            finally:
+                responses.cancel()
+            raise RuntimeError("no exit frame")
+
+        async def run(service_id: str, k: int) -> None:
+            for _ in range(k):
+                assert await loop.run_in_executor(pool, one, service_id) == 0
+
+        await asyncio.gather(*(run(i, 3) for i in ids))
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(run(i, each) for i in ids))
+        c1, t1 = cpu(), time.perf_counter()
+        pool.shutdown()
+        channel.close()
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+
+
 async def sdk(url: str, n: int, each: int) -> dict[str, float]:
     os.environ.update(CWSANDBOX_BASE_URL=url, CWSANDBOX_API_KEY="bench", CWSANDBOX_DISABLE_SIGNAL_HANDLERS="1")
     from cwsandbox import SandboxDefaults, Session
@@ -155,6 +209,8 @@ def main() -> None:
         out: Any = asyncio.run(ours(args[0], int(args[1]), int(args[2]), "stream" if mode == "ours-stream" else "auto"))
     elif mode in ("bare", "bare-stream"):
         out = asyncio.run(bare(args[0], int(args[1]), int(args[2]), "stream" if mode == "bare-stream" else "unary"))
+    elif mode == "bare-sync-stream":
+        out = asyncio.run(bare_sync(args[0], int(args[1]), int(args[2])))
     elif mode == "sdk":
         out = asyncio.run(sdk(args[0], int(args[1]), int(args[2])))
     elif mode == "calls-ours":

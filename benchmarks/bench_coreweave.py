@@ -17,6 +17,9 @@ client (user + system CPU, all its threads: the SDK's loop thread and grpc's pol
    latency (fewer completions share a wake-up), and the wrapper's ``sh`` and ``timeout``
    processes add latency, more so on a loaded machine. "bare-stream" is what grpc.aio's
    streaming call itself costs here: ready, exit and status each complete separately.
+   "bare-sync-stream" is the same exec on grpc's sync (C-core) stack in worker threads
+   (a tried alternative to grpc.aio: the loop wakes once per exec, the messages are taken
+   in the worker; it costs about the same).
 2. API calls per sandbox lifecycle (create, ready, exec, write, read, destroy) of 8
    sandboxes at once with a 1 s start (CREATING -> RUNNING), counted by the server:
    this library (readiness from one ListSandboxes per round for all) against the SDK
@@ -40,7 +43,7 @@ from typing import Any
 from ._common import parse_args, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENTS = ("ours", "ours-stream", "bare", "bare-stream", "sdk")
+CLIENTS = ("ours", "ours-stream", "bare", "bare-stream", "bare-sync-stream", "sdk")
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -91,6 +94,7 @@ def cpu_per_exec(url: str, rounds: int, sandboxes: int, each: int) -> dict[str, 
         "ratio_unary_to_stream": med["ours"] / med["ours-stream"],
         "ratio_bare_to_sdk": med["bare"] / med["sdk"],
         "ratio_bare_stream_to_sdk": med["bare-stream"] / med["sdk"],
+        "ratio_bare_sync_stream_to_sdk": med["bare-sync-stream"] / med["sdk"],
     }
 
 
@@ -117,8 +121,8 @@ def chart(data: dict[str, Any]) -> Path | None:
         return None
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     cpu = data["cpu"]["cpu_ms_per_exec"]
-    labels = ["ours\n(unary Exec)", "ours\n(StreamExec)", "bare\nExec", "bare\nStreamExec", "cwsandbox\nSDK"]
-    a.bar(labels, [cpu[c] for c in CLIENTS], color=["C0", "C0", "C7", "C7", "C3"])
+    labels = ["ours\n(unary)", "ours\n(stream)", "bare\nExec", "bare\nstream", "bare\nsync stream", "SDK"]
+    a.bar(labels, [cpu[c] for c in CLIENTS], color=["C0", "C0", "C7", "C7", "C7", "C3"])
     a.axhline(cpu["sdk"] * 0.5, color="k", linestyle="--", linewidth=1, label="target: 0.5x SDK")
     a.legend(fontsize=8)
     a.set_ylabel("client CPU per exec of `true` (ms)")
@@ -161,6 +165,7 @@ def main() -> None:
         "cpu_ms_per_exec_ours_stream": round(cpu["cpu_ms_per_exec"]["ours-stream"], 3),
         "cpu_ratio_bare_to_sdk": round(cpu["ratio_bare_to_sdk"], 3),
         "cpu_ratio_bare_stream_to_sdk": round(cpu["ratio_bare_stream_to_sdk"], 3),
+        "cpu_ratio_bare_sync_stream_to_sdk": round(cpu["ratio_bare_sync_stream_to_sdk"], 3),
         "calls_per_lifecycle_ours": calls["ours_total_per_sandbox"],
         "calls_per_lifecycle_sdk": calls["sdk_total_per_sandbox"],
     }
