@@ -31,6 +31,8 @@ The admin kubeconfig is ``cluster.kubeconfig``; faults go to the node's control 
 from __future__ import annotations
 
 import contextlib
+import http.client
+import io
 import json
 import os
 import shutil
@@ -42,7 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,14 +373,26 @@ class Cluster:
         ctx.load_cert_chain(self.pki.cert("admin"), self.pki.key("admin"))
         return ctx
 
+    def _fetch(self, method: str, url: str, timeout: float) -> tuple[int, str, Any, bytes]:
+        """One request on a connection of its own, closed on every path (urllib leaves a connection
+        whose request timed out to the garbage collector: a ResourceWarning in whatever test runs then)."""
+        u = urllib.parse.urlsplit(url)
+        conn: http.client.HTTPConnection
+        if u.scheme == "https":
+            conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=timeout, context=self._ssl())
+        else:
+            conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout)
+        try:
+            conn.request(method, u.path + (f"?{u.query}" if u.query else ""))
+            r = conn.getresponse()
+            return r.status, r.reason, r.headers, r.read()
+        finally:
+            conn.close()
+
     def _http_ok(self, url: str, *, tls: bool = False) -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=5, context=self._ssl() if tls else None) as r:
-                return bool(r.status == 200)
-        except urllib.error.HTTPError as err:
-            err.close()  # it holds the connection: unclosed, it is a ResourceWarning when collected
-            return False
-        except (urllib.error.URLError, OSError, ValueError):
+            return self._fetch("GET", url, 5)[0] == 200
+        except (OSError, ValueError, http.client.HTTPException):
             return False
 
     # -- helpers for tests ---------------------------------------------------------
@@ -392,19 +406,22 @@ class Cluster:
     def _kubectl_ok(self, *args: str) -> bool:
         return self.kubectl(*args, timeout=30).returncode == 0
 
+    def _read(self, url: str, method: str = "GET") -> bytes:
+        """The body of a 2xx answer; ``urllib.error.HTTPError`` (holding the body) otherwise."""
+        status, reason, headers, body = self._fetch(method, url, 30)
+        if not 200 <= status < 300:
+            raise urllib.error.HTTPError(url, status, reason, headers, io.BytesIO(body))
+        return body
+
     def api_get(self, path: str) -> Any:
         """GET ``path`` on the apiserver as admin and decode the JSON (raises ``urllib.error.HTTPError``)."""
-        with urllib.request.urlopen(self.server + path, timeout=30, context=self._ssl()) as r:
-            return json.loads(r.read())
+        return json.loads(self._read(self.server + path))
 
     def api_text(self, path: str) -> str:
-        with urllib.request.urlopen(self.server + path, timeout=30, context=self._ssl()) as r:
-            return str(r.read().decode())
+        return self._read(self.server + path).decode()
 
     def _control(self, method: str, path: str) -> Any:
-        req = urllib.request.Request(self.control_url + path, method=method)
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
+        return json.loads(self._read(self.control_url + path, method))
 
     def fault(self, namespace: str, pod: str, kind: str) -> str:
         """Ask the node to ``evict``, ``oom`` or ``kill`` a running pod; returns the pod's node.

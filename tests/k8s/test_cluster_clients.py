@@ -8,6 +8,7 @@ the real server compacts etcd every 5 minutes; its 410 inside a 200 stream is ch
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -151,6 +152,7 @@ async def test_exec_with_stdin_and_an_exit_code(ns: Tenant, api: k8s.CoreV1Api) 
         out, err = resp.read_stdout(), resp.read_stderr()
         code, protocol = resp.returncode, resp.subprotocol
         resp.close()
+        gc.collect()  # its socket, left to the collector by the client: collected inside this test (above)
         return out, err, code, protocol
 
     out, err, code, protocol = await call(run)
