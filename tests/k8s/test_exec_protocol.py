@@ -10,13 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
-import cwsandbox_async as cwa
 from cwsandbox_async import SandboxNotRunningError, SandboxValidationError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 from cwsandbox_async.backends.kubernetes._exec import ExecStatusError, exit_code
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import TEST_IMAGE, needs_bwrap
+from .conftest import TEST_IMAGE, needs_bwrap, wait_for
 from .server import KubeTestServer
 
 pytestmark = needs_bwrap
@@ -187,11 +186,22 @@ async def test_text_stdin_frames_are_read_like_binary_ones(
 
 
 async def test_a_container_that_is_not_running_fails_after_the_upgrade(server: KubeTestServer) -> None:
+    """A pod that exists but whose container never started (created here, not through the backend,
+    whose failed create deletes it: the exec would then race that delete)."""
+    import aiohttp
+
+    from cwsandbox_async.backends.kubernetes._manifest import build_pod
+
     backend = KubernetesBackend(server=server.url, image="registry.test/fault-stuck")
-    spec = make_spec("stuck", create_timeout_seconds=1)
+    spec = make_spec("stuck")
+    pod = build_pod(spec, backend.options, namespace="default", driver=backend.driver_id)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{server.url}/api/v1/namespaces/default/pods", json=pod) as resp,
+    ):
+        assert resp.status == 201, await resp.text()
     try:
-        with pytest.raises(cwa.SandboxTimeoutError):
-            await backend.create(spec)
+        await wait_for(lambda: bool(server.pod(spec.sandbox_id)["spec"].get("nodeName")))  # scheduled, never started
         frames = await raw_exec(server, spec.sandbox_id, server.protocols, "true")
         status = json.loads(frames[-1][1:])
         assert frames[0] == b"\x01" and frames[-1][:1] == b"\x03"  # upgraded, then told on the status channel

@@ -127,7 +127,9 @@ async def test_a_program_that_sleeps_has_no_run_queue_wait(backend: LocalBackend
 async def _test_a_program_that_sleeps_has_no_run_queue_wait(box: Box) -> None:
     r = await box.sh("sleep 2", timeout=1)
     assert r.timed_out
-    assert r.cpu_wait_seconds is not None and r.cpu_wait_seconds < 0.1, r
+    # asleep for almost all of its second: only its start (a shell, then sleep) can have waited for a CPU,
+    # which on a busy machine is a few tenths of a second; sleeping itself is never counted
+    assert r.cpu_wait_seconds is not None and r.cpu_wait_seconds < 0.5 * r.wall_seconds, r
 
 
 async def test_busy_children_of_its_own_do_not_count_as_waiting_for_others(backend: LocalBackend, tag: str) -> None:
