@@ -3,6 +3,7 @@ pods that die mid-exec. The node's own view (its process list, its faults) is th
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,19 +33,46 @@ async def pod(real_cluster: Any) -> AsyncIterator[tuple[Tenant, KubernetesBacken
         await t.wait_no_pods()
 
 
-async def test_bookmarks_come_before_the_watch_times_out_and_the_watch_renews(
+async def test_bookmarks_carry_changes_the_selector_hides_and_the_watch_renews(
     pod: tuple[Tenant, KubernetesBackend, str],
 ) -> None:
-    """kube-apiserver sends a bookmark about 2 s before a watch's ``timeoutSeconds`` (6 s here), then ends it."""
-    _, backend, sid = pod
+    """kube-apiserver sends a watch a bookmark about 2 s before its ``timeoutSeconds`` (6 s here), but
+    only when the pods' resourceVersion has moved on since the watch began: in a quiet cluster none
+    comes (seen here: 1 bookmark in 9 watches). So another pod, which the backend's selector does not
+    match, changes every half second: the backend sees none of it, yet each bookmark moves its resume
+    point past it, and every watch resumes from there without relisting."""
+    t, backend, sid = pod
     watch = backend.watch
     assert watch is not None
+    other = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": t.namespace},
+        "spec": {"automountServiceAccountToken": False, "restartPolicy": "Never",
+                 "containers": [{"name": "main", "image": "x", "command": ["sleep", "3600"]}]},
+    }  # fmt: skip
+    await anyio.to_thread.run_sync(lambda: t.cluster.kubectl("create", "-f", "-", input=json.dumps(other), check=True))
+
+    async def churn() -> None:
+        for n in itertools.count():
+            await anyio.to_thread.run_sync(
+                lambda n=n: t.cluster.kubectl("-n", t.namespace, "annotate", "--overwrite", "pod", "other", f"n={n}")
+            )
+            await anyio.sleep(0.5)
+
     watches, bookmarks = watch.watches, watch.bookmarks
-    with anyio.fail_after(60):
-        while watch.bookmarks < bookmarks + 2 or watch.watches < watches + 2:  # noqa: ASYNC110
-            await anyio.sleep(0.2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(churn)
+        with anyio.move_on_after(60):
+            while watch.bookmarks < bookmarks + 2 or watch.watches < watches + 2:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    seen = (watch.watches - watches, watch.bookmarks - bookmarks, watch.relists)
+    assert seen[0] >= 2 and seen[1] >= 2, f"in 60 s: watches, bookmarks, relists = {seen}"
     assert watch.relists == 1  # resumed from the bookmark's resourceVersion each time, never relisted
+    assert "other" not in watch.pods  # the selector hid it
     assert (await backend.exec(sid, make_request("true"))).returncode == 0
+    await anyio.to_thread.run_sync(
+        lambda: t.cluster.kubectl("-n", t.namespace, "delete", "pod", "other", "--grace-period=0", "--wait=false")
+    )
 
 
 async def test_abandoned_execs_leave_no_process_in_the_pod(pod: tuple[Tenant, KubernetesBackend, str]) -> None:
