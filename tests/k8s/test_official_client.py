@@ -196,6 +196,7 @@ async def test_exec_with_stdin_and_an_exit_code(k8s_server: KubeTestServer, api:
         code = resp.returncode
         protocol = resp.subprotocol
         resp.close()
+        resp.sock.shutdown()  # close() is a no-op once the peer closed: this closes the socket
         return out, err, code, protocol
 
     out, err, code, protocol = await call(run)

@@ -75,9 +75,10 @@ def test_no_import_cycle_goes_through_the_pool() -> None:
 
 
 #: The core below the backends: what a backend may import from outside ``backends/`` (specs, errors, checks,
-#: the logger, the SDK's names, the verdict rules). Everything else of the package (Session, Sandbox, the
-#: deadline and budget, pool, gatherer, metrics, integrations, cli, testing, the package face) is above the backends.
-BELOW = ("_errors", "_log", "_sdk", "_types", "_validate", "_verdict")
+#: the logger, the SDK's names, the verdict rules, the hosted task group a backend runs its background
+#: work in). Everything else of the package (Session, Sandbox, the deadline and budget, pool, gatherer,
+#: metrics, integrations, cli, testing, the package face) is above the backends.
+BELOW = ("_errors", "_log", "_sdk", "_tasks", "_types", "_validate", "_verdict")
 BELOW_BACKENDS = frozenset(f"cwsandbox_async.{m}" for m in BELOW)
 
 

@@ -18,6 +18,7 @@ from ..._errors import (
     SandboxTerminatedError,
 )
 from ..._log import log
+from ..._tasks import HostedTaskGroup
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
 from ..._validate import validate_sweep, validate_timeout
 from .._shared import DestroyedIds, destroy_each, sweep_victims
@@ -106,6 +107,7 @@ class KubernetesBackend(Backend):
         self._reaped = DestroyedIds()  # late pods whose reaping DELETE went through
         self._deleting: set[str] = set()  # destroys whose own DELETE is in flight
         self._cpu_seconds: dict[str, int | None] = {}
+        self._tasks = HostedTaskGroup("cwsandbox-k8s-background")  # the watch and the cleanups run in it
         self._cleanup: Cleanup | None = None
         self._runner: PodRunner | None = None
         self._created_any = False
@@ -143,7 +145,7 @@ class KubernetesBackend(Backend):
                 if self._client is None:
                     conn = await connect(self.options)
                     self._namespace = conn.namespace
-                    self._cleanup = Cleanup()
+                    self._cleanup = Cleanup(await self._tasks.open())
                     self._runner = PodRunner(self.options, self._ensure, self, self._cleanup)
                     self._client = KubeClient(conn, self.options)
                     log.debug("k8s backend configured", source=conn.source, namespace=conn.namespace)
@@ -165,7 +167,7 @@ class KubernetesBackend(Backend):
                 max_backoff=o.max_backoff_seconds,
                 on_change=self._on_change,
             )
-            self._watch.start()
+            self._watch.start(await self._tasks.open())
         return self._watch
 
     def _pod_path(self, ns: str, name: str) -> str:
@@ -375,6 +377,7 @@ class KubernetesBackend(Backend):
             await self._watch.aclose()
         if self._cleanup is not None:
             await self._cleanup.aclose()
+        await self._tasks.aclose()
         client, ns = self._client, self._namespace
         try:
             if client is not None and ns is not None and self._created_any and self.options.sweep_on_close:

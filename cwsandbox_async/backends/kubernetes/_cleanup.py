@@ -3,7 +3,7 @@
 An exec that is cancelled must return at once (the caller's deadline owns the call, and a
 backend opens no shielded scope of its own), yet its command keeps running in the pod
 until someone kills it. So the call hands the job to ``Cleanup``, which runs it in its
-own task, each job in its own cancel scope with its own deadline (``kill_timeout``). The
+own task in the backend's task group, each job in its own cancel scope with its own deadline (``kill_timeout``). The
 next call on the same sandbox first waits for that sandbox's jobs (``settle``), so a
 killed command never overlaps the next one. ``aclose`` cancels what is left (the pods
 are deleted anyway). A job that fails logs a warning; a job that raises something
@@ -12,12 +12,12 @@ unexpected logs it at ERROR (a bug, never hidden).
 
 from __future__ import annotations
 
-import asyncio
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ..._errors import SandboxError
 from ..._log import log
@@ -33,11 +33,11 @@ class _Job:
 
 
 class Cleanup:
-    """Background jobs keyed by sandbox id. Create inside a running event loop."""
+    """Background jobs keyed by sandbox id, run in ``tg`` (the backend's task group)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tg: TaskGroup) -> None:
+        self._tg = tg
         self._jobs: dict[str, set[_Job]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self.failures = 0
 
     def spawn(self, key: str, what: str, job: Callable[[], Awaitable[None]], *, within: float) -> None:
@@ -66,9 +66,7 @@ class Cleanup:
                     if not jobs:
                         del self._jobs[key]
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"cwsandbox-k8s-cleanup-{what}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tg.start_soon(run, name=f"cwsandbox-k8s-cleanup-{what}")
 
     def pending(self, key: str) -> int:
         return len(self._jobs.get(key, ()))

@@ -15,7 +15,6 @@ for ``stale`` seconds (``down_poll`` while the watch is down) GETs its pod once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import time
@@ -26,6 +25,7 @@ from urllib.parse import quote
 
 import aiohttp
 import anyio
+from anyio.abc import TaskGroup
 
 from ..._errors import SandboxBackendUnavailableError, SandboxTimeoutError
 from ..._log import log
@@ -64,8 +64,9 @@ class PodWatch:
         self.pods: dict[str, dict[str, Any]] = {}
         self._gone: dict[str, None] = {}  # names seen deleted (insertion-ordered, bounded)
         self._signals: dict[str, anyio.Event] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._started = False
         self._scope = anyio.CancelScope()
+        self._ended = anyio.Event()
         self.healthy = False
         self.denied: SandboxBackendUnavailableError | None = None  # the last list/watch refused (RBAC)
         self.relists = 0
@@ -73,21 +74,25 @@ class PodWatch:
         self.bookmarks = 0
 
     # -- lifecycle -------------------------------------------------------------
-    def start(self) -> None:
-        """Start the watch task once (idempotent). It runs in its own cancel scope until ``aclose``."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run_scoped(), name="cwsandbox-k8s-watch")
+    def start(self, tg: TaskGroup) -> None:
+        """Start the watch once in ``tg`` (the backend's task group; idempotent). It runs in its own
+        cancel scope until ``aclose``."""
+        if not self._started:
+            self._started = True
+            tg.start_soon(self._run_scoped, name="cwsandbox-k8s-watch")
 
     async def _run_scoped(self) -> None:
-        with self._scope:
-            await self._run()
+        try:
+            with self._scope:
+                await self._run()
+        finally:
+            self._ended.set()
 
     async def aclose(self) -> None:
         """Stop the watch and wait for its task to end (the caller bounds the wait)."""
-        task, self._task = self._task, None
         self._scope.cancel()
-        if task is not None:
-            await asyncio.wait({task})
+        if self._started:
+            await self._ended.wait()
         self.healthy = False
 
     # -- state -----------------------------------------------------------------

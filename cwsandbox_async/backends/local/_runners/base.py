@@ -10,6 +10,7 @@ has an agent (born from the template, or on the host) share: its execs and file 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,7 +27,7 @@ from .._probe import Probe
 from .._registry import Registry
 from .._threads import Blocking
 
-__all__ = ["SAFE_PATH_ENV", "AgentRunner", "Machine", "Runner", "agent_start_error"]
+__all__ = ["SAFE_PATH_ENV", "AgentRunner", "BaseRunner", "Machine", "Runner", "agent_start_error"]
 
 #: What every ``run_python`` program's environment starts from (the sandbox's and the request's win).
 SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
@@ -174,7 +175,21 @@ async def agent_start_error(link: Link, sandbox_id: str) -> SandboxCreationError
     )
 
 
-class AgentRunner(Runner):
+class BaseRunner(Runner):
+    """What every runner holds from its construction: the spec, the backend's ``Machine``, the probe's
+    findings, when it was made, and the process, uid and cgroup its ``start`` fills in."""
+
+    def __init__(self, spec: SandboxSpec, machine: Machine, found: Probe) -> None:
+        self.spec = spec
+        self.machine = machine
+        self.found = found
+        self.created_at = time.time()
+        self.pid: int | None = None
+        self.host_uid: int | None = None
+        self.cgroup: SandboxCgroup | None = None
+
+
+class AgentRunner(BaseRunner):
     """What the runners whose sandbox has an agent (``born``, ``host``) share: the calls, through its
     channel (``_channel``, wired by ``link``). Each sets ``link`` when its agent's process exists and
     ``env`` and ``path_map`` before its ``start`` returns.

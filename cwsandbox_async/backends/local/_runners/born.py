@@ -31,7 +31,6 @@ import anyio
 from ...._errors import SandboxCreationError
 from ...._types import SandboxSpec
 from .._bwrap import sandbox_env, sandbox_mounts
-from .._cgroup import SandboxCgroup
 from .._evidence import Evidence
 from .._leftover import kill_uid, remove_cgroup
 from .._link import Link, ProcessHandles
@@ -70,17 +69,11 @@ class BornRunner(AgentRunner):
     def __init__(
         self, spec: SandboxSpec, machine: Machine, found: Probe, template: Callable[[], Awaitable[Template]]
     ) -> None:
-        self.spec = spec
-        self.machine = machine
-        self.found = found
+        super().__init__(spec, machine, found)
         #: The live template (started, or restarted after it died, by the backend's ``Setup``).
         self.live_template = template
-        self.created_at = time.time()
-        self.pid: int | None = None
-        self.host_uid: int | None = None
         #: The sandbox's uid in the template's user namespace (released when its processes are gone).
         self.slot: int | None = None
-        self.cgroup: SandboxCgroup | None = None
         self.entry: dict[str, Any] = {}
         self.newborn: ProcessHandles | None = None
         self.env: dict[str, str] = {}

@@ -13,14 +13,12 @@ import importlib.util
 import os
 import socket
 import tempfile
-import time
 from typing import Any
 
 import anyio
 
 from ...._types import SandboxSpec
 from .._bwrap import sandbox_env
-from .._cgroup import SandboxCgroup
 from .._leftover import kill_group, remove_cgroup, remove_dir
 from .._link import Link, ProcessHandles
 from .._probe import Probe
@@ -44,13 +42,7 @@ class HostAgentRunner(AgentRunner):
     """One unisolated sandbox (see the module docstring); a ``Runner``."""
 
     def __init__(self, spec: SandboxSpec, machine: Machine, found: Probe) -> None:
-        self.spec = spec
-        self.machine = machine
-        self.found = found
-        self.created_at = time.time()
-        self.pid: int | None = None
-        self.host_uid: int | None = None
-        self.cgroup: SandboxCgroup | None = None
+        super().__init__(spec, machine, found)
         self.workspace: str | None = None
         self.env: dict[str, str] = {}
 

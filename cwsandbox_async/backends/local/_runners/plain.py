@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 
 from ...._errors import SandboxNotRunningError, SandboxTransportError
 from ...._types import ExecExit, ExecRequest, SandboxSpec
 from ...base import OutputCallback
 from .._bwrap import bwrap_argv
-from .._cgroup import SandboxCgroup
 from .._leftover import remove_cgroup
 from .._plain import PlainSandbox
 from .._probe import Probe
-from .base import SAFE_PATH_ENV, Machine, Runner
+from .base import SAFE_PATH_ENV, BaseRunner, Machine
 
 __all__ = ["PlainRunner"]
 
@@ -29,18 +27,11 @@ WRITE_SCRIPT = (
 )
 
 
-class PlainRunner(Runner):
+class PlainRunner(BaseRunner):
     """One plain sandbox (see the module docstring); a ``Runner``."""
 
     def __init__(self, spec: SandboxSpec, machine: Machine, found: Probe) -> None:
-        self.spec = spec
-        self.machine = machine
-        self.found = found
-        self.created_at = time.time()
-        #: No process at rest.
-        self.pid: int | None = None
-        self.host_uid: int | None = None
-        self.cgroup: SandboxCgroup | None = None
+        super().__init__(spec, machine, found)  # no process at rest: ``pid`` stays None
         self.sandbox: PlainSandbox | None = None
         self.rlimits: dict[str, int] = {}
 
