@@ -173,7 +173,10 @@ async def test_exec_streams_output_and_exits_with_the_commands_status(state: lis
     r = await cli("exec", *state, "--stdin", "--", "cat", stdin=blob)
     assert r.code == 0 and r.out == blob
     r = await cli("exec", *state, "--timeout", "1", "--", "sh", "-c", "echo started; sleep 30")
-    assert r.code == 124 and r.stdout == "started\n" and "timed out" in r.stderr
+    assert r.stdout == "started\n" and "timed out" in r.stderr
+    # 124 as timeout(1) says; 125 when it spent so much of its second waiting for a CPU that the
+    # timeout cannot be blamed on it (a busy machine), and the message says so
+    assert r.code == 124 or (r.code == 125 and "starved of CPU" in r.stderr), r
 
 
 @local_only

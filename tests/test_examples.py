@@ -70,8 +70,8 @@ def test_reward_function_demo(local_backend: None) -> None:
         3: ("syntax-error", "FAIL"),
         4: ("slow-list", "PASS"),
     }
-    # completion order: the instant ones first, the 0.9 s sleeper last
-    assert int(lines[-1][1]) == 4
+    # (which finishes first is the machine's business: under load the 0.9 s sleeper need not be last;
+    # results yielded in completion order are checked on virtual time in tests/test_gather.py)
     assert "Total reward: 3.0/5" in out
     assert "Pass rate: 3/5 (60%)" in out
 
