@@ -3,8 +3,9 @@
     python -m benchmarks._coreweave_clients CLIENT URL N_SANDBOXES EXECS_EACH
     python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
 
-CLIENT is one of ours, ours-stream, bare, bare-stream, bare-sync-stream, sdk. The first form
-prints ``{"cpu_seconds", "wall_seconds", "execs"}``: client CPU (user + system, every thread
+CLIENT is one of ours, ours-stream, bare, bare-stream, bare-sync-stream, the aio-* rows of
+AIO_VARIANTS, grpclib-stream, grpclib-cancel, sdk. The first form prints
+``{"cpu_seconds", "wall_seconds", "execs", "user_seconds", "system_seconds"}``: client CPU (user + system, every thread
 of this process) spent on ``EXECS_EACH`` sequential execs of ``true`` in each of N sandboxes
 at once, after the sandboxes are running and warmed up. The second starts a test server in
 this process and prints the calls it received per method during one lifecycle (create,
@@ -26,8 +27,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+SNAPSHOTS: list[tuple[float, float]] = []  # (user, system) at each cpu() call: main() reports the last interval's split
+
+
 def cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    SNAPSHOTS.append((ru.ru_utime, ru.ru_stime))
     return ru.ru_utime + ru.ru_stime
 
 
@@ -137,6 +142,137 @@ async def bare_sync(url: str, n: int, each: int) -> dict[str, float]:
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
 
+STREAM_EXEC = "/coreweave.sandbox.v1.SandboxService/StreamExec"
+
+
+async def _measured(url: str, n: int, each: int, make: Any) -> dict[str, float]:
+    """Start ``n`` sandboxes through this library (its grpc.aio channel, idle afterwards), then
+    ``one = await make(target, metadata)`` builds a transport of its own and returns the coroutine
+    function ``one(service_id) -> exit code`` (one StreamExec of argv ``true``); 3 warm-up execs in
+    each sandbox, then ``each`` sequential ones in each, all sandboxes at once, timed."""
+    import cwsandbox_async as cwa
+
+    defaults = cwa.SandboxDefaults(tags=("bench",), resources=cwa.Resources(pids=None, tmp_mib=None))
+    async with cwa.Session(defaults, backend="coreweave", backend_options={"base_url": url}) as s:
+        sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
+        backend: Any = s.backend
+        ids = [backend._ids[sb.sandbox_id] for sb in sandboxes]
+        one, close = await make(backend.channel.endpoint.target, backend.channel.metadata)
+
+        async def run(service_id: str, k: int) -> None:
+            for _ in range(k):
+                assert await one(service_id) == 0  # each call carries its own 60 s deadline
+
+        await asyncio.gather(*(run(i, 3) for i in ids))
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(run(i, each) for i in ids))
+        c1, t1 = cpu(), time.perf_counter()
+        await close()
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+
+
+async def grpclib_stream(url: str, n: int, each: int, cancel: bool) -> dict[str, float]:
+    """Diagnostic: the SDK's exec (argv ``true``) over ``StreamExec`` on grpclib (pure-Python asyncio gRPC on
+    ``h2``), no generated stubs: ``Channel.request(path, STREAM_STREAM, ExecStreamRequest, ExecStreamResponse)``,
+    the init sent with the half-close, messages read up to ``exit``; then the call ends normally (grpclib
+    waits for the status trailers) or, with ``cancel``, is reset at once (RST_STREAM, as the backend ends
+    its call at ``exit``). Needs grpclib importable (bench_coreweave puts it on PYTHONPATH)."""
+    from cwsandbox._proto import sandbox_pb2 as pb
+    from grpclib.client import Channel
+    from grpclib.const import Cardinality
+
+    async def make(target: str, metadata: Any) -> Any:
+        host, _, port = target.rpartition(":")
+        channel = Channel(host, int(port))
+        Request, Response = pb.ExecStreamRequest, pb.ExecStreamResponse
+        md = list(metadata)
+
+        async def one(service_id: str) -> int:
+            init = Request(init=pb.ExecStreamInit(sandbox_id=service_id, command=["true"]))
+            code: int | None = None
+            async with channel.request(
+                STREAM_EXEC, Cardinality.STREAM_STREAM, Request, Response, timeout=60, metadata=md
+            ) as stream:
+                await stream.send_message(init, end=True)
+                while (r := await stream.recv_message()) is not None:
+                    if r.WhichOneof("message") == "exit":
+                        code = int(r.exit.exit_code)
+                        if cancel and stream._stream.closable:  # not if the server's stream ended already
+                            await stream.cancel()
+                        break
+            assert code is not None, "no exit frame"
+            return code
+
+        async def close() -> None:
+            channel.close()
+
+        return one, close
+
+    return await _measured(url, n, each, make)
+
+
+# grpc.aio channel options tried as bare rows: name -> (channel options, compression off on the call).
+# "aio-raw" is grpc's defaults; each other row changes one thing from "aio-noretry" (the backend's
+# setting), "aio-tuned" all of them at once.
+NO_RETRY = ("grpc.enable_retries", 0)
+AIO_VARIANTS: dict[str, tuple[list[tuple[str, Any]], bool]] = {
+    "aio-raw": ([], False),
+    "aio-noretry": ([NO_RETRY], False),
+    "aio-throughput": ([NO_RETRY, ("grpc.optimization_target", "throughput")], False),
+    "aio-latency": ([NO_RETRY, ("grpc.optimization_target", "latency")], False),
+    "aio-noreuseport": ([NO_RETRY, ("grpc.so_reuseport", 0)], False),
+    "aio-nocompress": ([NO_RETRY, ("grpc.default_compression_algorithm", 0)], True),
+    "aio-tuned": (
+        [
+            NO_RETRY,
+            ("grpc.optimization_target", "throughput"),
+            ("grpc.so_reuseport", 0),
+            ("grpc.default_compression_algorithm", 0),
+            ("grpc.enable_channelz", 0),
+            ("grpc.enable_http_proxy", 0),
+        ],
+        True,
+    ),
+}
+
+
+async def aio_stream(url: str, n: int, each: int, variant: str) -> dict[str, float]:
+    """Diagnostic: the SDK's exec (argv ``true``) over ``StreamExec`` on a grpc.aio channel of its own, built
+    with the options of ``AIO_VARIANTS[variant]`` (and compression off on each call where it says so), called
+    as the backend does (server-streaming multicallable: the init goes with the headers and the half-close),
+    read to ``exit``, then cancelled: no library layers at all, so the variants differ only in options."""
+    import grpc
+    from cwsandbox._proto import sandbox_pb2 as pb
+
+    async def make(target: str, metadata: Any) -> Any:
+        options, no_compression = AIO_VARIANTS[variant]
+        channel = grpc.aio.insecure_channel(target, options=options)
+        call = channel.unary_stream(
+            STREAM_EXEC,
+            request_serializer=pb.ExecStreamRequest.SerializeToString,
+            response_deserializer=pb.ExecStreamResponse.FromString,
+        )
+        compression = grpc.Compression.NoCompression if no_compression else None
+
+        async def one(service_id: str) -> int:
+            init = pb.ExecStreamRequest(init=pb.ExecStreamInit(sandbox_id=service_id, command=["true"]))
+            responses = call(init, timeout=60, metadata=metadata, compression=compression)
+            try:
+                while (r := await responses.read()) is not grpc.aio.EOF:
+                    if r.WhichOneof("message") == "exit":
+                        return int(r.exit.exit_code)
+            finally:
+                responses.cancel()
+            raise RuntimeError("no exit frame")
+
+        async def close() -> None:
+            await channel.close(grace=None)
+
+        return one, close
+
+    return await _measured(url, n, each, make)
+
+
 async def sdk(url: str, n: int, each: int) -> dict[str, float]:
     os.environ.update(CWSANDBOX_BASE_URL=url, CWSANDBOX_API_KEY="bench", CWSANDBOX_DISABLE_SIGNAL_HANDLERS="1")
     from cwsandbox import SandboxDefaults, Session
@@ -211,6 +347,10 @@ def main() -> None:
         out = asyncio.run(bare(args[0], int(args[1]), int(args[2]), "stream" if mode == "bare-stream" else "unary"))
     elif mode == "bare-sync-stream":
         out = asyncio.run(bare_sync(args[0], int(args[1]), int(args[2])))
+    elif mode in ("grpclib-stream", "grpclib-cancel"):
+        out = asyncio.run(grpclib_stream(args[0], int(args[1]), int(args[2]), mode == "grpclib-cancel"))
+    elif mode in AIO_VARIANTS:
+        out = asyncio.run(aio_stream(args[0], int(args[1]), int(args[2]), mode))
     elif mode == "sdk":
         out = asyncio.run(sdk(args[0], int(args[1]), int(args[2])))
     elif mode == "calls-ours":
@@ -219,6 +359,9 @@ def main() -> None:
         out = asyncio.run(calls_sdk(int(args[0]), float(args[1])))
     else:
         raise SystemExit(f"unknown mode {mode}")
+    if "cpu_seconds" in out and len(SNAPSHOTS) >= 2:
+        (u0, s0), (u1, s1) = SNAPSHOTS[-2:]
+        out.update(user_seconds=u1 - u0, system_seconds=s1 - s0)
     print(json.dumps(out))
 
 
