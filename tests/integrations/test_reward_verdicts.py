@@ -95,7 +95,10 @@ async def test_every_completion_gets_its_verdict(local_only: None) -> None:
     assert {e["index"]: e["kind"] for e in logged} == {v.index: str(v.kind) for v in reward.last_verdicts}
     assert all(e["log_level"] == "debug" for e in logged)
     timed_out = [e for e in logs if e["event"] == "exec timed out"]  # the sandbox layer's own line
-    assert timed_out and all(e.get("completion") == 2 for e in timed_out), timed_out
+    # each bound to its completion; the loop's among them; another completion's only when it was starved
+    # (a busy machine) and then passed on its retry (its reward is asserted above)
+    assert any(e.get("completion") == 2 for e in timed_out), timed_out
+    assert all(e.get("completion") == 2 or (e.get("completion") is not None and e["starved"]) for e in timed_out)
 
 
 async def test_verdicts_on_the_fake_backend_and_a_bad_callback_setting() -> None:
