@@ -59,7 +59,10 @@ async def test_every_completion_gets_its_verdict(local_only: None) -> None:
     finally:
         await reward.aclose()
     verdicts = dict(zip(BATCH, reward.last_verdicts, strict=True))
-    assert rewards == [1.0, 0.0, 0.0, 0.0, 0.0, None]
+    # the loop is `timeout` once it got its 3 s of CPU (at once, or on its retry); on a machine so busy
+    # that even the retry (12 s of wall time) cannot give it them, it is left unscored as `starved`
+    starved = verdicts["infinite loop"].kind is VerdictKind.STARVED
+    assert rewards == [1.0, 0.0, None if starved else 0.0, 0.0, 0.0, None]
     assert seen == [reward.last_verdicts]
     assert [v.index for v in reward.last_verdicts] == list(range(len(BATCH)))
     assert [v.score for v in reward.last_verdicts] == rewards
@@ -74,9 +77,12 @@ async def test_every_completion_gets_its_verdict(local_only: None) -> None:
     v = check("wrong", VerdictKind.WRONG_ANSWER, "AssertionError at tests.py line 1: assert add(2, 3) == 5")
     assert v.exit_code == 1 and "AssertionError" in v.stderr_tail
     v = verdicts["infinite loop"]
-    assert v.kind is VerdictKind.TIMEOUT and v.score == 0.0, v
-    # its own timeout; or, starved on a busy machine, its CPU time used up on the retry
-    assert "ran past its timeout of 3 s" in v.reason or "used its 3 s of CPU time on a retry" in v.reason, v
+    if starved:
+        assert v.score is None and v.retries >= 1 and "starved of CPU" in v.reason, v
+    else:
+        assert v.kind is VerdictKind.TIMEOUT and v.score == 0.0, v
+        # its own timeout; or, starved on a busy machine, its CPU time used up on the retry
+        assert "ran past its timeout of 3 s" in v.reason or "used its 3 s of CPU time on a retry" in v.reason, v
     assert v.wall_seconds is not None and v.wall_seconds >= 3
     check("prints then exits 0", VerdictKind.EARLY_EXIT, "the program ended its process (exit status 0) before")
     v = check("allocates 2 GiB", VerdictKind.OOM, "killed for its memory")
@@ -85,10 +91,10 @@ async def test_every_completion_gets_its_verdict(local_only: None) -> None:
     assert v.score is None and v.exit_code is None and v.wall_seconds is None
 
     stats = reward.last_stats
-    assert stats is not None and stats.count(VerdictKind.TIMEOUT) == 1
+    assert stats is not None and stats.count(VerdictKind.TIMEOUT) == (0 if starved else 1)
     line = stats.line()
     assert line.startswith("[CWSandbox] Reward call 1 (unit_tests): 5 sandboxes, 1/5 passed, 1 skipped (no code)")
-    for part in ("1 wrong", "1 early exits", "1 timed out", "1 out of memory"):
+    for part in ("1 wrong", "1 early exits", "1 out of memory", "1 starved of CPU" if starved else "1 timed out"):
         assert part in line, line
     logged = [e for e in logs if e["event"] == "reward verdict"]
     assert sorted(e["index"] for e in logged) == list(range(len(BATCH)))
