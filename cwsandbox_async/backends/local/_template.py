@@ -52,6 +52,7 @@ import anyio
 
 from ..._errors import SandboxBackendUnavailableError, SandboxCreationError
 from ..._log import log
+from . import _native
 from ._link import ProcessHandles
 from ._threads import Blocking
 
@@ -140,7 +141,7 @@ class Template:
         try:
             mine.send(json.dumps(self.config, separators=(",", ":")).encode())
             await anyio.wait_readable(mine)
-            reply = mine.recv(16)
+            reply = mine.recv(1024)
         except OSError as exc:
             reply = b""
             log.debug("template control socket failed", error=str(exc))
@@ -148,10 +149,12 @@ class Template:
             self.kill()
             self.close()
             raise
-        if reply != READY:
+        if reply[:1] != READY:
             self.close()
             await anyio.wait_readable(self._pidfd)  # it is exiting: its control socket closed
             raise SandboxBackendUnavailableError(f"the sandbox template failed to start: {self.error_output()}")
+        if reply[1:2] == b"!":  # the native spawner did not run in the sandbox's root view
+            _native.warn_once(reply[2:].decode("utf-8", "replace"))
         log.debug("sandbox template started", pid=self.pid, python=self.python)
 
     def error_output(self) -> str:
