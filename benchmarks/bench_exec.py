@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from cwsandbox_async.backends.local import _native
 from cwsandbox_async.backends.local._bwrap import SANDBOX_PATH
 
 from ._common import parse_args, summary, write_json
+from ._cpu import read_ns, self_ns, task_ns
 
 
 async def host_run(argv: list[str]) -> None:
@@ -97,6 +99,40 @@ async def python_path_sandbox(session: cwa.Session) -> cwa.Sandbox:
             os.environ[_native.ENV] = old
 
 
+async def exec_cpu(session: cwa.Session, sb: cwa.Sandbox, n: int) -> dict[str, float] | None:
+    """CPU per sequential ``exec(["true"])`` on a warm sandbox, ms: the driver (this process, every
+    thread), PID 1 (``schedstat``) and the command's process (the sandbox cgroup's ``cpuacct.usage``
+    less PID 1's); None where the sandbox has no cpuacct group."""
+    box = session.backend._boxes[sb.sandbox_id]  # type: ignore[attr-defined]
+    usage = box.cgroup.cpu_usage if box.cgroup is not None else None
+    if usage is None or box.pid is None:
+        return None
+    d0, p0, s0 = self_ns(), task_ns(box.pid), read_ns(usage)
+    for _ in range(n):
+        await sb.exec(["true"])
+    d1, p1, s1 = self_ns(), task_ns(box.pid), read_ns(usage)
+    out = {"driver": (d1 - d0) / n / 1e6, "pid1": (p1 - p0) / n / 1e6, "command": ((s1 - s0) - (p1 - p0)) / n / 1e6}
+    out["total"] = sum(out.values())
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+async def host_cpu(n: int) -> dict[str, float]:
+    """CPU per sequential host ``true`` (``asyncio.create_subprocess_exec``), ms: this process (every
+    thread: the event loop, asyncio's child watcher) and the child (``RUSAGE_CHILDREN``)."""
+    k0, d0 = children_cpu_ns(), self_ns()
+    for _ in range(n):
+        await host_run(["true"])
+    k1, d1 = children_cpu_ns(), self_ns()
+    out = {"driver": (d1 - d0) / n / 1e6, "command": (k1 - k0) / n / 1e6}
+    out["total"] = sum(out.values())
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def children_cpu_ns() -> int:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return int((r.ru_utime + r.ru_stime) * 1e9)
+
+
 def uses_spawner(session: cwa.Session, sb: cwa.Sandbox) -> bool:
     box = session.backend._boxes[sb.sandbox_id]  # type: ignore[attr-defined]
     return bool((box.runner.channel.hello or {}).get("spawner"))
@@ -124,6 +160,24 @@ async def main() -> None:
         results["isolation"] = session.backend.isolation
         results["spawner"] = {"sandbox": uses_spawner(session, sb), "python_path": uses_spawner(py_session, sb_py)}
         print(f"native spawner: {results['spawner']}", flush=True)
+        for _ in range(10):  # warm-up
+            await sb.exec(["true"])
+            await sb_py.exec(["true"])
+            await host_run(["true"])
+        n_cpu = 100 if args.quick else 400
+        cpu: dict[str, Any] = {"execs": n_cpu, "sandbox": [], "python_path": [], "host": []}
+        for _ in range(3):  # alternating blocks, each a third
+            cpu["sandbox"].append(await exec_cpu(session, sb, n_cpu // 3))
+            cpu["python_path"].append(await exec_cpu(py_session, sb_py, n_cpu // 3))
+            cpu["host"].append(await host_cpu(n_cpu // 3))
+        for key in ("sandbox", "python_path", "host"):
+            blocks = [b for b in cpu[key] if b]
+            cpu[key] = {k: round(sum(b[k] for b in blocks) / len(blocks), 3) for k in blocks[0]} if blocks else None
+        results["cpu_per_exec_ms"] = cpu
+        if cpu["sandbox"] and cpu["python_path"]:
+            headline["exec cpu vs host"] = round(cpu["sandbox"]["total"] / cpu["host"]["total"], 3)
+            headline["exec cpu python path vs host"] = round(cpu["python_path"]["total"] / cpu["host"]["total"], 3)
+        print(f"CPU per exec of `true`, ms: {cpu}", flush=True)
         cases = [
             ("true", ["true"], n_true),
             ("python3 -c pass", [python3, "-c", "pass"], n_py),
