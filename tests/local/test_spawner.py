@@ -75,6 +75,21 @@ async def test_commands_start_the_same_on_both_paths(tag: str, path: str) -> Non
         assert left.stdout.strip() == "0"
 
 
+async def test_the_sandbox_can_run_the_spawner_but_not_read_or_change_it(tag: str, path: str) -> None:
+    """Execute-only, so the kernel makes it non-dumpable (its memory holds a request while it runs)."""
+    async with local_session(tag, isolation="unshare") as s:
+        sb = await s.sandbox()
+        spawner = _native.INSIDE
+        script = f"test -e {spawner} && echo here; test -x {spawner} && echo x; head -c1 {spawner}"
+        r = await sb.exec(["sh", "-c", script])
+        if path == "python":
+            assert r.stdout == "", r  # not bound at all
+            return
+        assert r.stdout == "here\nx\n" and "Permission denied" in r.stderr, r
+        r = await sb.exec(["sh", "-c", f"echo > {spawner}"])
+        assert r.returncode != 0, r
+
+
 async def test_a_spawner_that_cannot_run_falls_back_with_one_warning(
     tag: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

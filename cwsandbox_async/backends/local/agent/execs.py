@@ -210,7 +210,8 @@ class Execs:
 
     # -- starting ----------------------------------------------------------------------------
     def begin(self, ex: Exec) -> None:
-        """Fork the exec's child (``child.start``); a failed fork (the pids limit) is reported at once."""
+        """Start the exec's process: the spawner for a command when there is one (``spawn``), else a fork
+        (``child.start``); a failed start (the pids limit) is reported at once."""
         now = time.monotonic()
         if not ex.is_file:
             self.readings_at_start(ex, now)
