@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import cwsandbox_async as cwa
-from cwsandbox_async.backends.local import _native
+from cwsandbox_async.backends.local import LocalBackend, _native
 
 from .conftest import local_session, requires_isolation
 
@@ -133,3 +133,33 @@ def test_the_spawner_is_built_once_execute_only(monkeypatch: pytest.MonkeyPatch,
     assert _native.spawner() == built  # found again, not rebuilt
     monkeypatch.setenv(_native.ENV, "python")
     assert _native.spawner() is None
+
+
+async def test_a_spawner_gone_at_an_exec_falls_back_to_the_fork_without_leaking_fds(
+    tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PID 1 told to use a spawner that is not there (an unisolated agent, given a bogus path): the
+    command still runs, through the fork, and gets no descriptor more than without a spawner."""
+    from cwsandbox_async.backends.local._runners.base import Machine
+
+    plain = Machine.agent_config
+    script = "ls /proc/self/fd | tr '\\n' ' '"
+
+    def with_bogus_spawner(self: Machine, spec: Any, rlimits: dict[str, int]) -> dict[str, Any]:
+        return {**plain(self, spec, rlimits), "spawner": "/nonexistent/cwspawn"}
+
+    async def fds_seen() -> list[list[str]]:
+        with pytest.warns(RuntimeWarning, match="NOT isolated"):
+            backend = LocalBackend(isolation="none")
+        async with cwa.Session(cwa.SandboxDefaults(tags=(tag,)), backend=backend) as s:
+            sb = await s.sandbox()
+            out = []
+            for _ in range(2):  # the first gives the spawner up, the second forks straight away
+                r = await sb.exec(["sh", "-c", script], stdin=b"x")
+                assert r.returncode == 0, r
+                out.append(r.stdout.split())
+            return out
+
+    without = await fds_seen()
+    monkeypatch.setattr(Machine, "agent_config", with_bogus_spawner)
+    assert [len(x) for x in await fds_seen()] == [len(x) for x in without]

@@ -246,17 +246,20 @@ class Execs:
             *(str(fd) for fd in self.joins),
         ]
         passed = (*fds, *self.joins)
+        spawned = False
         try:
             for fd in passed:
                 os.set_inheritable(fd, True)
-            return os.posix_spawn(self.spawner, argv, {})
+            pid = os.posix_spawn(self.spawner, argv, {})
+            spawned = True
+            return pid
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.ENOMEM):
                 raise  # the pids limit, or memory: as a failed fork
             self.spawner = ""
             return 0
-        finally:
-            for fd in self.joins:  # the exec's own fds are closed by the caller
+        finally:  # spawned: the exec's own fds are closed by the caller; else a fork's command must not get them
+            for fd in self.joins if spawned else passed:
                 os.set_inheritable(fd, False)
 
     def readings_at_start(self, ex: Exec, now: float) -> None:
