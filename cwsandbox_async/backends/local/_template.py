@@ -29,6 +29,10 @@ sandbox's PID 1 directly with ``CLONE_NEWPID`` (one fork less per birth); the na
 be owned by the template's user namespace, and forbidding nested user namespaces for a driver that is
 not root would need another mechanism than ``user.max_user_namespaces`` (read-only ``/proc/sys`` by then).
 
+The template answers its configuration with ``R`` once it serves, or ``R!`` and a reason when the
+native spawner (``_native``) it was given does not run in the root view; then every sandbox's
+commands fork PID 1 and the driver says so once at WARNING.
+
 Failures: ``start`` raises ``SandboxBackendUnavailableError`` with the template's error output;
 ``fork``/``deliver`` raise ``SandboxCreationError`` with the newborn's error output (or ``OSError`` for the
 driver's own socket calls). Neither opens a deadline of its own: the caller's scope bounds them.
