@@ -9,6 +9,7 @@ path: cgroups, registry, birth from the template, the agent's hello), each sandb
 (not timed). The two alternate, one of each per round, so both see the same machine load.
 
     python -m benchmarks.bench_birth [--quick]
+    CWSANDBOX_LOCAL_SPAWNER=python python -m benchmarks.bench_birth   # the pure-Python exec path
 
 Also prints where a birth's time goes (``STEPS``: medians of the time between consecutive
 ``time.monotonic()`` stamps, the driver's from ``_runners/born`` and the sandbox's from its hello; the
@@ -297,6 +298,7 @@ async def main() -> None:
             f"  the exec inside (PID 1 serving it + its child) {cpu['exec_cpu_ms']} ms vs a host spawn of `true` "
             f"{cpu['host_true']['cpu_ms']} ms: {cpu['exec_vs_host_true']}x"
         )
+    print(f"native spawner {result['native_spawner']} (CWSANDBOX_LOCAL_SPAWNER=python: the fork of PID 1)")
     print(f"ratios       {result['headline']}  (load {result['load_average']})  -> {path}")
 
 
@@ -305,7 +307,10 @@ async def measure(
 ) -> dict[str, Any]:
     async with cwa.Session(backend="local", handle_signals=False) as session:
         python = session.backend._machine.python  # type: ignore[attr-defined]  # the sandbox's own interpreter
-        await (await session.sandbox()).stop()  # the template starts here, once: not timed
+        first = await session.sandbox()  # the template starts here, once: not timed
+        box = session.backend._boxes[first.sandbox_id]  # type: ignore[attr-defined]
+        spawner = bool((box.runner.channel.hello or {}).get("spawner"))  # commands through the native spawner
+        await first.stop()
         ours: list[float] = []
         base: list[float] = []
         stamps: list[dict[str, float]] = []
@@ -336,6 +341,7 @@ async def measure(
         headline["exec_cpu_vs_host_true"] = cpu["exec_vs_host_true"]
     return {
         "what": "Session.sandbox() until ready vs fork + unshare(user, mnt, uts, ipc, pid, net) + first child",
+        "native_spawner": spawner,
         "load_average": [round(x, 2) for x in load],
         "create_ms": stats_ms(ours),
         "baseline_ms": stats_ms(base),
