@@ -9,6 +9,7 @@ path: cgroups, registry, birth from the template, the agent's hello), each sandb
 (not timed). The two alternate, one of each per round, so both see the same machine load.
 
     python -m benchmarks.bench_birth [--quick]
+    CWSANDBOX_LOCAL_SPAWNER=python python -m benchmarks.bench_birth   # the pure-Python exec path
 
 Also prints where a birth's time goes (``STEPS``: medians of the time between consecutive
 ``time.monotonic()`` stamps, the driver's from ``_runners/born`` and the sandbox's from its hello; the
@@ -20,7 +21,9 @@ the template and every sandbox cgroup are counted in it; the floor's helper is i
 Split by process: the driver (``getrusage``, minus our own readings), the template and PID 1
 (``schedstat``), the newborn's and the exec child's share (the sandbox cgroup's ``cpuacct.usage``
 after the birth and after the exec, less PID 1's own), and the rest (the newborn before its cgroups,
-PID 1's death). Skipped where there is no writable cgroup v1 cpuacct hierarchy.
+PID 1's death); PID 1's share is split at its hello, so what serving the exec costs it shows apart,
+and the exec's CPU (PID 1 serving it + its child) is set against a plain host spawn of ``true``
+(fork + execve + wait, in the floor's helper, same run). Skipped where there is no writable cgroup v1 cpuacct hierarchy.
 Writes ``benchmarks/out/birth.json`` (headline: ``create_p50_ratio``, ``create_p99_ratio``,
 ``lifecycle_cpu_ms``, ``lifecycle_cpu_ratio``).
 """
@@ -44,6 +47,15 @@ libc = ctypes.CDLL(None, use_errno=True)
 FLAGS = 0x10000000 | 0x20000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000  # user mnt uts ipc pid net
 TRUE = "/usr/bin/true" if os.path.exists("/usr/bin/true") else "/bin/true"
 for line in sys.stdin:
+    if line.startswith("h"):  # a host spawn of `true` (fork + execve, waited), as subprocess does
+        t = time.perf_counter()
+        kid = os.fork()
+        if kid == 0:
+            os.execv(TRUE, [TRUE])
+        os.waitpid(kid, 0)
+        sys.stdout.write(f"{time.perf_counter() - t}\n")
+        sys.stdout.flush()
+        continue
     exec_one = line.startswith("l")  # a lifecycle: the first child also runs `true` (fork + execve, waited)
     r, w = os.pipe()
     t = time.perf_counter()
@@ -93,10 +105,11 @@ class Baseline:
         self.proc.stdin.close()
         await self.proc.wait()
 
-    async def once(self, lifecycle: bool = False) -> float:
-        """One birth (``lifecycle``: with one exec of ``true`` in the new PID 1); its wall time."""
+    async def once(self, lifecycle: bool = False, host_true: bool = False) -> float:
+        """One birth (``lifecycle``: with one exec of ``true`` in the new PID 1; ``host_true``: no birth,
+        a plain fork + execve of ``true``); its wall time."""
         assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(b"life\n" if lifecycle else b"go\n")
+        self.proc.stdin.write(b"host\n" if host_true else b"life\n" if lifecycle else b"go\n")
         await self.proc.stdin.drain()
         line = await self.proc.stdout.readline()
         if not line:
@@ -151,8 +164,9 @@ CPU_PARTS = (
     ("driver", "driver (this process: event loop, worker threads; our own readings subtracted)"),
     ("template", "template: its own CPU"),
     ("newborn_in_cgroup", "newborn after joining the sandbox's cgroup (enters namespaces, forks PID 1)"),
-    ("pid1", "sandbox PID 1 until after the exec (mounts, hardening, loop, serving the exec, fork)"),
-    ("exec_child", "exec child (the fork of PID 1 until `true` exits)"),
+    ("pid1_birth", "sandbox PID 1 until its hello (mounts, hardening, its loop)"),
+    ("pid1_exec", "sandbox PID 1 serving the exec (the order, the fork or spawn, the reap, the report)"),
+    ("exec_child", "exec child (from PID 1's fork or spawn until `true` exits)"),
     ("rest", "rest: newborn before its cgroups, PID 1's death after SIGKILL (address space torn down)"),
 )
 
@@ -187,7 +201,7 @@ async def cpu_blocks(
     parts = dict.fromkeys((k for k, _ in CPU_PARTS), 0)
     reading = 0  # this thread's CPU spent reading counters, taken out of the driver's share
     ours_total = floor_total = floor_self = 0
-    tkids = 0
+    tkids = host_true = 0
     for _ in range(n):
         r0 = time.thread_time_ns()
         u0, d0, t0, c0 = ours.usage(), self_ns(), sum(map(task_ns, tpids)), sum(map(children_ns, tpids))
@@ -211,13 +225,17 @@ async def cpu_blocks(
         parts["driver"] += d1 - d0
         parts["template"] += t1 - t0
         parts["newborn_in_cgroup"] += s0 - p0
-        parts["pid1"] += p1
+        parts["pid1_birth"] += p0
+        parts["pid1_exec"] += p1 - p0
         parts["exec_child"] += (s1 - s0) - (p1 - p0)
         tkids += c1 - c0
         f0, h0 = floor.usage(), task_ns(baseline.pid)
         await baseline.once(lifecycle=True)
         floor_total += floor.usage() - f0
         floor_self += task_ns(baseline.pid) - h0
+        f0 = floor.usage()
+        await baseline.once(host_true=True)
+        host_true += floor.usage() - f0
     parts["driver"] -= reading
     ours_total -= reading
     parts["rest"] = ours_total - sum(v for k, v in parts.items() if k != "rest")
@@ -238,6 +256,12 @@ async def cpu_blocks(
             "helper_ms": ms(floor_self),
             "children_ms": ms(floor_total - floor_self),
         },
+        "host_true": {
+            "what": "a host spawn of `true` (fork + execve + wait) from the same small interpreter",
+            "cpu_ms": ms(host_true),
+        },
+        "exec_cpu_ms": ms(parts["pid1_exec"] + parts["exec_child"]),
+        "exec_vs_host_true": round((parts["pid1_exec"] + parts["exec_child"]) / host_true, 2) if host_true else None,
         "ratio_total": round(ours_total / floor_total, 2) if floor_total else None,
         "ratio_without_driver": round((ours_total - parts["driver"]) / floor_total, 2) if floor_total else None,
     }
@@ -270,6 +294,11 @@ async def main() -> None:
         print(f"  {'total':92s} {cpu['cpu_total_ms']:7.3f} ms")
         print(f"  {'floor: ' + cpu['floor']['what']:92s} {cpu['floor']['cpu_total_ms']:7.3f} ms")
         print(f"  ratio {cpu['ratio_total']} (without the driver {cpu['ratio_without_driver']})")
+        print(
+            f"  the exec inside (PID 1 serving it + its child) {cpu['exec_cpu_ms']} ms vs a host spawn of `true` "
+            f"{cpu['host_true']['cpu_ms']} ms: {cpu['exec_vs_host_true']}x"
+        )
+    print(f"native spawner {result['native_spawner']} (CWSANDBOX_LOCAL_SPAWNER=python: the fork of PID 1)")
     print(f"ratios       {result['headline']}  (load {result['load_average']})  -> {path}")
 
 
@@ -278,7 +307,10 @@ async def measure(
 ) -> dict[str, Any]:
     async with cwa.Session(backend="local", handle_signals=False) as session:
         python = session.backend._machine.python  # type: ignore[attr-defined]  # the sandbox's own interpreter
-        await (await session.sandbox()).stop()  # the template starts here, once: not timed
+        first = await session.sandbox()  # the template starts here, once: not timed
+        box = session.backend._boxes[first.sandbox_id]  # type: ignore[attr-defined]
+        spawner = bool((box.runner.channel.hello or {}).get("spawner"))  # commands through the native spawner
+        await first.stop()
         ours: list[float] = []
         base: list[float] = []
         stamps: list[dict[str, float]] = []
@@ -306,8 +338,10 @@ async def measure(
     if cpu is not None:
         headline["lifecycle_cpu_ms"] = cpu["cpu_total_ms"]
         headline["lifecycle_cpu_ratio"] = cpu["ratio_total"]
+        headline["exec_cpu_vs_host_true"] = cpu["exec_vs_host_true"]
     return {
         "what": "Session.sandbox() until ready vs fork + unshare(user, mnt, uts, ipc, pid, net) + first child",
+        "native_spawner": spawner,
         "load_average": [round(x, 2) for x in load],
         "create_ms": stats_ms(ours),
         "baseline_ms": stats_ms(base),

@@ -15,6 +15,7 @@ import anyio
 from ..._errors import SandboxBackendUnavailableError
 from ..._log import log
 from ..._types import DEFAULT_WORKING_DIR
+from . import _native
 from ._bwrap import Layout, template_plan
 from ._probe import Probe, ProbeRequest, probe
 from ._runners.base import Machine
@@ -57,11 +58,16 @@ class Setup:
             hide=m.hide,
             python_prefix=m.python_prefix,
         )
+        plan = template_plan(layout, AGENT_DIR)
+        spawner = _native.spawner()  # built on first use (a compiler run, once per source version)
+        if spawner is not None:
+            plan.append(["ro", spawner, _native.INSIDE])
         return {
             "map_range": m.ids.ranged,
             "id_map": m.ids.id_map(),
-            "plan": template_plan(layout, AGENT_DIR),
+            "plan": plan,
             "preload": list(m.preload),
+            "spawner": _native.INSIDE if spawner is not None else None,
         }
 
     async def ensure_template(self) -> Template:

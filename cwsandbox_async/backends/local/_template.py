@@ -29,6 +29,10 @@ sandbox's PID 1 directly with ``CLONE_NEWPID`` (one fork less per birth); the na
 be owned by the template's user namespace, and forbidding nested user namespaces for a driver that is
 not root would need another mechanism than ``user.max_user_namespaces`` (read-only ``/proc/sys`` by then).
 
+The template answers its configuration with ``R`` once it serves, or ``R!`` and a reason when the
+native spawner (``_native``) it was given does not run in the root view; then every sandbox's
+commands fork PID 1 and the driver says so once at WARNING.
+
 Failures: ``start`` raises ``SandboxBackendUnavailableError`` with the template's error output;
 ``fork``/``deliver`` raise ``SandboxCreationError`` with the newborn's error output (or ``OSError`` for the
 driver's own socket calls). Neither opens a deadline of its own: the caller's scope bounds them.
@@ -52,6 +56,7 @@ import anyio
 
 from ..._errors import SandboxBackendUnavailableError, SandboxCreationError
 from ..._log import log
+from . import _native
 from ._link import ProcessHandles
 from ._threads import Blocking
 
@@ -140,7 +145,7 @@ class Template:
         try:
             mine.send(json.dumps(self.config, separators=(",", ":")).encode())
             await anyio.wait_readable(mine)
-            reply = mine.recv(16)
+            reply = mine.recv(1024)
         except OSError as exc:
             reply = b""
             log.debug("template control socket failed", error=str(exc))
@@ -148,10 +153,12 @@ class Template:
             self.kill()
             self.close()
             raise
-        if reply != READY:
+        if reply[:1] != READY:
             self.close()
             await anyio.wait_readable(self._pidfd)  # it is exiting: its control socket closed
             raise SandboxBackendUnavailableError(f"the sandbox template failed to start: {self.error_output()}")
+        if reply[1:2] == b"!":  # the native spawner did not run in the sandbox's root view
+            _native.warn_once(reply[2:].decode("utf-8", "replace"))
         log.debug("sandbox template started", pid=self.pid, python=self.python)
 
     def error_output(self) -> str:

@@ -180,7 +180,8 @@ class BornRunner(AgentRunner):
         The sandbox's first process is PID 1 of its pid namespace: SIGKILL through its pidfd makes the
         kernel kill everything else in the sandbox, at once and without the agent's help, so there is
         no graceful exit to wait for. Then its cgroups and registry entry go, in one worker-thread
-        call when the groups are empty at the first try (a leftover process is killed and waited for).
+        call when the groups are empty at the first try (they are once PID 1 is gone: nothing is listed
+        then; a leftover process is killed and waited for).
         """
         m = self.machine
         link = self.link
@@ -197,7 +198,10 @@ class BornRunner(AgentRunner):
         cg = self.cgroup
 
         def finish() -> bool:
-            if cg is not None:
+            # PID 1 has exited, so the kernel killed and reaped everything in its pid namespace:
+            # the groups are empty and removing them is the first try. Only if one is not (a process
+            # that joined them from outside the namespace) is anything listed and killed.
+            if cg is not None and not cg.try_remove():
                 cg.kill_all()
                 if not cg.try_remove():
                     return False

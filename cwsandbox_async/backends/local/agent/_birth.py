@@ -79,10 +79,11 @@ class _CapData(ctypes.Structure):
 def serve(ctl: socket.socket, config: dict[str, Any]) -> NoReturn:
     """Z's loop: fork a newborn per ``F`` message; exit when the driver closes the control socket."""
     _preload(config)
+    trouble = _check_spawner(config.get("spawner"))
     signal.signal(signal.SIGCHLD, _reap)
     gc.collect()
     gc.freeze()
-    ctl.sendall(b"R")
+    ctl.sendall(b"R" + (b"!" + trouble.encode("utf-8", "replace")[:512] if trouble else b""))
     space = socket.CMSG_SPACE(2 * 4)
     while True:
         msg, ancillary, _, _ = ctl.recvmsg(16, space, socket.MSG_CMSG_CLOEXEC)
@@ -120,6 +121,27 @@ def _preload(config: dict[str, Any]) -> None:
     from . import main
 
     _agent.update(main=main)
+
+
+def _check_spawner(path: str | None) -> str | None:
+    """Run the native spawner once (``--check``); what went wrong, or None. Every newborn's PID 1 is
+    told to use it only if it ran here (else each exec forks PID 1, see ``execs``)."""
+    if not path:
+        return None
+    try:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            acts = [(os.POSIX_SPAWN_DUP2, null, 1), (os.POSIX_SPAWN_DUP2, null, 2)]
+            pid = os.posix_spawn(path, [path, "--check"], {}, file_actions=acts)
+        finally:
+            os.close(null)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            return f"{path} --check exited with {os.waitstatus_to_exitcode(status)}"
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    _agent["spawner"] = path
+    return None
 
 
 def _reap(signum: int, frame: FrameType | None) -> None:
@@ -163,6 +185,7 @@ def _born(chan_fd: int, err_fd: int) -> NoReturn:
         config["cgroup"] = _named_fds(config.get("fds") or {}, fds)
         drop_privileges()
         config["agent"]["stamps"] = stamps  # how long each step took (``hello["stamps"]``)
+        config["agent"]["spawner"] = _agent.get("spawner")  # None: every exec forks PID 1
     except BaseException:
         import traceback
 

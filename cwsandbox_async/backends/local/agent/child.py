@@ -1,5 +1,9 @@
 """What runs in a fork of PID 1: it becomes one command, one Python program, or one file operation.
 
+Commands skip this fork when the sandbox has the native spawner (``spawn.c``, see ``execs.Execs.spawn``):
+it takes the same steps, in the same order, with the same exit codes and messages, without a copy of
+PID 1. Python programs and file operations always come here.
+
 PID 1 never reads a request; it forks, and the child (``start``) reads its own from the memfd the
 driver wrote it to, so the only request that ever exists in a child's memory is its own, and PID 1's
 memory -- which every fork starts from -- holds none (``run_python`` programs scan it in

@@ -1,7 +1,9 @@
 """PID 1's execs: started, watched, ended and reported (stdlib only; the loop around them is ``init``).
 
-Life of an exec: an ``O_RUN`` order arrives with its fds; ``start`` forks (the child, ``child``,
-reads the request and becomes the command) and closes PID 1's copies at once. PID 1 then watches
+Life of an exec: an ``O_RUN`` order arrives with its fds; ``begin`` starts its process and closes
+PID 1's copies at once: a command through the native spawner when the sandbox has one (``spawn``:
+a ``posix_spawn``, no copy of PID 1), otherwise, and for Python programs and file operations, a fork
+(the child, ``child``, reads the request and becomes the command or runs the program). PID 1 then watches
 the clock: at the timeout, or once the CPU budget is spent (the tree is sampled every
 ``sample_interval``), it kills the command's process group and every process below it (the command
 is a subreaper: nothing it started can leave its tree). When the command is reaped, what it left
@@ -32,6 +34,7 @@ How its facts are decided:
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import signal
 import time
@@ -142,6 +145,8 @@ class Execs:
         self.ending: list[Exec] = []  # reaped, leftovers being killed
         self.orphans: dict[int, Exec] = {}  # leftover pid -> the exec it came from
         self.exclusive: Exec | None = None  # the exclusive exec running, if any
+        #: The native spawner's path inside the sandbox ("": none, every command forks PID 1).
+        self.spawner: str = str(config.get("spawner") or "")
 
     # -- orders ----------------------------------------------------------------------------
     def submit(self, ex: Exec) -> None:
@@ -205,23 +210,57 @@ class Execs:
 
     # -- starting ----------------------------------------------------------------------------
     def begin(self, ex: Exec) -> None:
-        """Fork the exec's child (``child.start``); a failed fork (the pids limit) is reported at once."""
+        """Start the exec's process: the spawner for a command when there is one (``spawn``), else a fork
+        (``child.start``); a failed start (the pids limit) is reported at once."""
         now = time.monotonic()
         if not ex.is_file:
             self.readings_at_start(ex, now)
         try:
-            pid = os.fork()
+            pid = self.spawn(ex) if self.spawner and ex.mode == protocol.M_EXEC else 0
+            if not pid:
+                pid = os.fork()
+                if pid == 0:
+                    child.start(ex.mode, ex.fds, [] if ex.is_file else self.joins, self.config)
         except OSError:
             self.drop(ex, R_DONE, protocol.N_NO_PROCESS, protocol.SPAWN_FAILED)
             return
-        if pid == 0:
-            child.start(ex.mode, ex.fds, [] if ex.is_file else self.joins, self.config)
         ex.close_fds()
         ex.pid, ex.start = pid, now
         self.by_pid[pid] = ex
         if not ex.is_file:
             ex.deadline = now + ex.timeout if ex.timeout else float("inf")
             ex.next_sample = now + self.settings.sample_interval
+
+    def spawn(self, ex: Exec) -> int:
+        """A command through the native spawner (``spawn.c``): ``posix_spawn``, a vfork of PID 1 that
+        copies nothing, of a program that does what ``child`` does for a command. The exec's fds and
+        the cgroup fds are inheritable for this one spawn only. Its pid; 0 when the spawner itself
+        cannot be run (it is given up and every exec forks from now on); ``OSError`` at a limit."""
+        fds, limits = ex.fds, self.config.get("limits") or {}
+        stdin = fds[3] if len(fds) > 3 else -1
+        argv = [
+            self.spawner,
+            "1" if self.config.get("die_with_parent") else "0",
+            *(str(fd) for fd in (*fds[:3], stdin)),
+            *(str(int(limits.get(name) or 0)) for name in ("cpu", "fsize", "nproc", "as")),
+            *(str(fd) for fd in self.joins),
+        ]
+        passed = (*fds, *self.joins)
+        spawned = False
+        try:
+            for fd in passed:
+                os.set_inheritable(fd, True)
+            pid = os.posix_spawn(self.spawner, argv, {})
+            spawned = True
+            return pid
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+                raise  # the pids limit, or memory: as a failed fork
+            self.spawner = ""
+            return 0
+        finally:  # spawned: the exec's own fds are closed by the caller; else a fork's command must not get them
+            for fd in self.joins if spawned else passed:
+                os.set_inheritable(fd, False)
 
     def readings_at_start(self, ex: Exec, now: float) -> None:
         if self.oom.enabled:

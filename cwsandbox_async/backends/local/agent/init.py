@@ -92,6 +92,7 @@ class Init:
             "python": sys.version.split()[0],
             "hardening": self.info.get("hardening") or {},
             "cpus": self.execs.cpus,
+            "spawner": bool(self.execs.spawner),  # commands start through the native spawner
         }
         stamps = self.config.get("stamps")
         if isinstance(stamps, dict):  # a born sandbox: when each step of its birth ended (monotonic)
