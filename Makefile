@@ -35,9 +35,15 @@ demo: $(STAMP)
 # Every lane, explicitly: the pytest default (pyproject.toml) leaves the slow lane out. Two pytest-xdist
 # workers (TEST_WORKERS=0 for one process): most of a test's time is spent waiting on sandboxes and
 # servers, so two workers on 2 cores took 8 min 51 s where one took 21 min (same load beside them).
+# Then the protection tests once more on the local backend's pure-Python exec path (each command a
+# fork of the sandbox's PID 1), which runs wherever the native spawner cannot be built: both paths hold.
 TEST_WORKERS ?= 2
+PROTECTION_TESTS := tests/local/test_hardening.py tests/local/test_isolation.py tests/local/test_limits.py \
+	tests/local/test_verdict_facts.py tests/local/test_local_contract.py tests/local/test_signals.py tests/adversarial
 test: $(DEV_STAMP)
 	$(PY) -m pytest -m "(fast or e2e or slow) and not cluster" -n $(TEST_WORKERS) --durations=10
+	@echo "==> the protection tests again on the pure-Python exec path (CWSANDBOX_LOCAL_SPAWNER=python)"
+	CWSANDBOX_LOCAL_SPAWNER=python $(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) -q $(PROTECTION_TESTS)
 
 # The core on the fake backend: no real sandbox (a fast-lane test that starts one fails).
 test-fast: $(DEV_STAMP)
