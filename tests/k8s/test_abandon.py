@@ -41,7 +41,12 @@ def left(server: KubeTestServer, sid: str) -> list[str]:
     return [cmd for _, cmd in server.processes(sid)]
 
 
-async def no_process_left(server: KubeTestServer, sid: str) -> None:
+async def no_process_left(server: KubeTestServer, sid: str, backend: KubernetesBackend) -> None:
+    """The backend's background kill of what it abandoned has ended (however long a busy machine made
+    it take; the bound only catches a hang), and then nothing is left but what the kernel still reaps."""
+    assert backend._cleanup is not None
+    with anyio.fail_after(120):
+        await backend._cleanup.settle(sid)
     await wait_for(lambda: left(server, sid) == [], within=10)
 
 
@@ -80,7 +85,7 @@ async def test_a_cancelled_exec_is_killed_before_the_next_one_starts(
     # the next exec waits for the kill: it sees neither sleep
     r = await backend.exec(sid, make_request("/bin/sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"))
     assert b"sleep 61" not in r.stdout and b"sleep 62" not in r.stdout
-    await no_process_left(k8s_server, sid)
+    await no_process_left(k8s_server, sid, backend)
 
 
 async def test_output_cut_at_the_cap_kills_the_writer(
@@ -90,7 +95,7 @@ async def test_output_cut_at_the_cap_kills_the_writer(
     with anyio.fail_after(30):
         r = await backend.exec(sid, make_request("yes", max_output=4096))
     assert r.truncated and len(r.stdout) == 4096
-    await no_process_left(k8s_server, sid)
+    await no_process_left(k8s_server, sid, backend)
 
 
 async def test_a_timeout_reaches_processes_outside_the_commands_group(
@@ -102,7 +107,7 @@ async def test_a_timeout_reaches_processes_outside_the_commands_group(
     with anyio.fail_after(30):
         r = await backend.exec(sid, make_request("/bin/sh", "-c", script, timeout=1))
     assert r.timed_out
-    await no_process_left(k8s_server, sid)
+    await no_process_left(k8s_server, sid, backend)
 
 
 async def test_a_broken_stream_is_a_transport_error_and_its_command_is_killed(
@@ -118,7 +123,7 @@ async def test_a_broken_stream_is_a_transport_error_and_its_command_is_killed(
         tg.start_soon(drop_soon)
         with pytest.raises(SandboxTransportError):
             await backend.exec(sid, make_request("sleep", "63"))
-    await no_process_left(k8s_server, sid)
+    await no_process_left(k8s_server, sid, backend)
     assert (await backend.exec(sid, make_request("echo", "fine"))).stdout == b"fine\n"
 
 
@@ -153,7 +158,7 @@ async def test_an_exclusive_exec_runs_alone(k8s_server: KubeTestServer, pod: tup
     request = make_request("/bin/sh", "-c", "cat /proc/[0-9]*/comm; cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
     r = await backend.exec(sid, dataclasses_replace(request, exclusive=True))
     assert b"sleep 64" not in r.stdout and b"python3" not in r.stdout and r.returncode == 0, r
-    await no_process_left(k8s_server, sid)
+    await no_process_left(k8s_server, sid, backend)
     # PID 1 restarts its idle sleep once when the exclusive exec kills it; that new sleep is not a
     # leftover to kill again. (Killing it every round made PID 1 start ~50 more and the exec wait a
     # second before it ran: ~100 pids between the two probes instead of ~15.)
@@ -206,6 +211,6 @@ async def test_a_stream_gone_before_go_starts_nothing(
         ws = await http.ws_connect(url, params=params, protocols=("v5.channel.k8s.io",))
         await wait_for(lambda: bool(k8s_server.pods[("default", pod[1])].execs))
         await ws.close()  # never said go
-    await no_process_left(k8s_server, pod[1])
+    await no_process_left(k8s_server, pod[1], pod[0])
     for _, cmd in k8s_server.processes(pod[1]):
         assert "sleep 65" not in cmd
