@@ -19,9 +19,12 @@ and raises ``timeout_error`` for a timed-out one. The rule (docs/outcomes.md):
   what it used, ``cpus`` the CPUs this process may run on). The first two are the
   program's own facts and a program can shape them (32 of its processes pinned to
   one CPU, waking together, wait for each other while using little); the third it
-  cannot: its own tasks are in its cgroup and are subtracted. A program that
-  sleeps has no run-queue wait; one whose own processes compete with it uses its
-  share or leaves the machine idle; a backend that cannot measure all three never
+  cannot: its own tasks are in its cgroup and are subtracted. And the wait must be
+  at least the time it spent neither running nor waiting for a CPU (``wall - used -
+  wait``: asleep, or blocked on its own): a program that mostly sleeps still waits
+  at its start and its wakeups, which on a loaded machine can be a quarter of a
+  short timeout, but the platform did not take the time it slept. One whose own
+  processes compete with it uses its share or leaves the machine idle; a backend that cannot measure all three never
   reports starvation (no evidence: the program's timeout). The first two
   thresholds are ``SandboxDefaults`` settings.
 """
@@ -83,6 +86,8 @@ def is_starved(ex: ExecExit, defaults: SandboxDefaults) -> bool:
     entitled = 1.0 if cores is None else min(1.0, cores)
     used = max(ex.cpu_seconds, sandbox_cpu)
     if used >= defaults.starved_cpu_share * entitled * wall or wait < defaults.starved_wait_share * wall:
+        return False
+    if wait < wall - used - wait:  # it slept or blocked longer than it waited for a CPU: its own time
         return False
     return others_held_the_machine(others, used, wall)
 

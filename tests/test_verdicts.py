@@ -45,6 +45,9 @@ DEFAULTS = SandboxDefaults()
         ("starved: little CPU, long run-queue wait", timed_out(cpu=0.1, wait=1.8), True),
         ("an infinite loop alone: it used its CPU", timed_out(cpu=1.95, wait=0.02), False),
         ("a program that only sleeps: no run-queue wait", timed_out(cpu=0.0, wait=0.0), False),
+        # `sleep 30` under a 1 s timeout at load 37 (seen): its start waited 0.40 s, then it slept
+        ("a sleeper whose start waited, then slept longer", timed_out(cpu=0.01, wait=0.40, wall=1.0), False),
+        ("waited most of the time it was not running", timed_out(cpu=0.01, wait=0.55, wall=1.0), True),
         ("no wait measured: never starved", timed_out(cpu=0.1, wait=None), False),
         ("no sandbox CPU measured: never starved", timed_out(cpu=0.1, wait=1.8, sandbox_cpu=None), False),
         ("its own busy children: the tree used the CPU", timed_out(cpu=1.9, wait=5.0), False),
