@@ -16,8 +16,8 @@ import pytest
 
 from cwsandbox_async import SandboxTransportError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
-from cwsandbox_async.backends.kubernetes._exec import exit_code, stream_exec
-from cwsandbox_async.backends.kubernetes._inpod import in_session
+from cwsandbox_async.backends.kubernetes._exec import Abandoned, exit_code, stream_exec
+from cwsandbox_async.backends.kubernetes._inpod import GO, SessionHeader, in_session, session_token
 from cwsandbox_async.testing.contract import make_request, make_spec
 
 from .conftest import TEST_IMAGE, needs_bwrap, wait_for
@@ -214,3 +214,26 @@ async def test_a_stream_gone_before_go_starts_nothing(
     await no_process_left(k8s_server, pod[1], pod[0])
     for _, cmd in k8s_server.processes(pod[1]):
         assert "sleep 65" not in cmd
+
+
+async def test_a_command_whose_session_id_never_arrived_is_killed_by_its_wrappers_token(
+    k8s_server: KubeTestServer, pod: tuple[KubernetesBackend, str]
+) -> None:
+    """A stream that breaks before the backend has read the session id (seen at load 10+: the server had
+    not yet relayed that first stderr line): the token in the wrapper's argv still finds the command."""
+    import aiohttp
+
+    backend, sid = pod
+    assert backend._runner is not None
+    argv = in_session('exec sleep "$1"', "67")
+    token = session_token(argv)
+    assert token is not None
+    url = f"{k8s_server.url}/api/v1/namespaces/default/pods/{sid}/exec"
+    params = [("command", a) for a in argv] + [("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(url, params=params, protocols=("v5.channel.k8s.io",))
+        await ws.send_bytes(b"\x00" + GO)
+        await wait_for(lambda: "sleep 67" in left(k8s_server, sid), within=30)
+        await ws.close()  # nothing read: no session id
+        await backend._runner._finish(sid, Abandoned(ws, SessionHeader(), "broken", token))
+    await no_process_left(k8s_server, sid, backend)

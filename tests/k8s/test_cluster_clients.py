@@ -127,8 +127,13 @@ async def test_watch_from_a_resource_version_with_selector_transitions(ns: Tenan
         return seen
 
     events = await call(collect)
-    assert [e for e in events if e[0] != "BOOKMARK"] == [("ADDED", "p-w"), ("DELETED", "p-w")]
-    assert any(e[0] == "BOOKMARK" for e in events)  # about 2 s before the 4 s timeout
+    changes = [e for e in events if e[0] != "BOOKMARK"]
+    assert changes[0] == ("ADDED", "p-w") and changes[-1] == ("DELETED", "p-w"), events
+    # a divergence: while it is blue the scheduler may bind it (a real server sends that as MODIFIED; the
+    # test server schedules at once)
+    assert set(changes[1:-1]) <= {("MODIFIED", "p-w")}, events
+    # (no bookmark asserted: the real server sends one only once the resourceVersion has moved past the
+    # watch's, which nothing here ensures; test_cluster_pods' bookmark test drives its own churn)
     await call(lambda: api.delete_namespaced_pod("p-w", n, grace_period_seconds=0))
     await ns.wait_no_pods()
 

@@ -40,7 +40,7 @@ import anyio
 from ..._errors import SandboxTransportError, SandboxValidationError
 from ..._log import log
 from ._client import KubeClient, translate_transport
-from ._inpod import GO, SessionHeader
+from ._inpod import GO, SessionHeader, session_token
 
 __all__ = [
     "PROTOCOLS",
@@ -91,6 +91,8 @@ class Abandoned:
     ws: aiohttp.ClientWebSocketResponse
     header: SessionHeader
     why: str
+    #: The ``in_session`` wrapper's token (``_inpod.session_token``): kills it when no session id was read.
+    token: str | None = None
 
     @property
     def session(self) -> int | None:
@@ -256,7 +258,7 @@ async def stream_exec(
             await close_socket(ws)
         else:
             why = "truncated" if truncated else "deadline" if deadline_hit else "aborted" if aborted else "broken"
-            on_abandon(Abandoned(ws, header, why))
+            on_abandon(Abandoned(ws, header, why, session_token(argv)))
     wall = time.monotonic() - start
     log.debug("k8s exec stream ended", pod=pod, protocol=protocol, status=bool(status), wall=round(wall, 4))
     stdout, stderr = bytes(out[1]), bytes(out[2])

@@ -10,11 +10,15 @@ So every command runs in a session of its own, and the backend can kill that ses
   starts its command (the socket closes, stdin ends, the wrapper exits); then it makes the
   command a session leader with ``setsid`` and prints the session id as the first line of
   stderr *before* the command starts, so the command cannot forge or suppress it. The
-  backend strips that line (``SessionHeader``).
+  backend strips that line (``SessionHeader``). The wrapper's own shell stays, as the session
+  leader's parent, with a token the backend chose as its ``$0`` (``cwsandbox-<token>``): a
+  stream that breaks before the backend has read the session id can still be killed by it.
 - ``KILL`` (``kill_argv``) is the follow-up exec that kills the session: every process
   whose session or process group is that id, and their descendants, repeated until none
-  is left. A process that leaves the session *and* its parent (``setsid`` after a double
-  fork) escapes it; ``ExecRequest.exclusive`` (every other process killed before a
+  is left. ``KILL_TOKEN`` (``kill_token_argv``) does the same for the children of the
+  wrapper that carries a token, and kills the wrapper. A process that leaves the session
+  *and* its parent (``setsid`` after a double fork) escapes it; ``ExecRequest.exclusive``
+  (every other process killed before a
   command starts) and destroying the pod close that gap.
 - ``EXEC`` runs a user command: cd, export env, kill every other process when exclusive,
   ``ulimit -t`` for a CPU budget, ``timeout -k`` for the wall timeout (it signals the
@@ -26,9 +30,22 @@ present (without ``setsid`` the kill follows the process tree only).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 
-__all__ = ["EXEC", "GO", "KILL", "SESSION", "SessionHeader", "exec_argv", "in_session", "kill_argv"]
+__all__ = [
+    "EXEC",
+    "GO",
+    "KILL",
+    "KILL_TOKEN",
+    "SESSION",
+    "SessionHeader",
+    "exec_argv",
+    "in_session",
+    "kill_argv",
+    "kill_token_argv",
+    "session_token",
+]
 
 #: The first stdin bytes of a ``SESSION`` command: the client is there and will read the output.
 GO = b"go\n"
@@ -60,17 +77,16 @@ _REAP = (
     "done; return 1; }; "
 )
 
-#: Prefix: wait for the client's ``GO`` line on stdin (a stream that closes before it, e.g. an
-#: exec cancelled during its upgrade, starts nothing), then run the script "$1" (its arguments:
-#: the rest) as a session leader whose id is the first line of stderr. ``setsid`` forks when its
-#: caller leads a process group, so then it runs from a background job (not a leader). Without
+#: Prefix (``$0``: ``cwsandbox-<token>``): wait for the client's ``GO`` line on stdin (a stream
+#: that closes before it, e.g. an exec cancelled during its upgrade, starts nothing), then run the
+#: script "$1" (its arguments: the rest) as a session leader whose id is the first line of stderr,
+#: from a background job (``setsid`` forks when its caller leads a process group; a background job
+#: does not), and wait for it: this shell stays, carrying the token (``KILL_TOKEN``). Without
 #: ``setsid`` the script runs here, announcing this pid.
 SESSION = (
     'read -r g && [ "$g" = go ] || exit 125; '
     'c=$1; shift; h=\'printf "%s\\n" "$$" >&2; \'; '
     'command -v setsid >/dev/null 2>&1 || { eval "$h"; eval "$c"; exit; }; '
-    'lead() { set -- $1; [ "$3" = "$$" ]; }; '
-    'read -r s < /proc/$$/stat && lead "${s##*) }" || exec setsid /bin/sh -c "$h$c" cwsandbox "$@"; '
     'exec 3<&0; setsid /bin/sh -c "$h$c" cwsandbox "$@" <&3 3<&- & wait $!'
 )
 
@@ -89,6 +105,21 @@ EXEC = (
 #: Argument: the session id to kill.
 KILL = _REAP + 'cws_reap session "$1"'
 
+#: Argument: the token of an ``in_session`` wrapper. Finds the wrappers whose argv carries
+#: ``cwsandbox-<token>`` (this script's own argv has the bare token), takes their children (the
+#: session leaders: the session id is the leader's pid, announced or not), kills the wrappers, then
+#: each leader's session as ``KILL`` does.
+KILL_TOKEN = _REAP + (
+    't=$1 o= s=; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue; '
+    'c=$(tr "\\0" " " < "$d/cmdline" 2>/dev/null) || continue; '
+    'case " $c" in *" cwsandbox-$t "*) o="$o $p";; esac; done; '
+    '[ -n "$o" ] || exit 0; '
+    "for d in /proc/[0-9]*; do read -r st 2>/dev/null < \"$d/stat\" || continue; set -- ${st##*) }; "
+    'case " $o " in *" $2 "*) s="$s ${d#/proc/}";; esac; done; '
+    'for p in $o; do kill -9 "$p" 2>/dev/null; done; '
+    'for x in $s; do cws_reap session "$x"; done'
+)
+
 
 def _seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
@@ -97,7 +128,14 @@ def _seconds(value: float) -> str:
 def in_session(script: str, *args: str) -> list[str]:
     """The shell ``script`` (with ``args`` as "$@") run as the leader of a new session that announces its
     id (see ``SessionHeader``)."""
-    return ["/bin/sh", "-c", SESSION, "cwsandbox", script, *args]
+    return ["/bin/sh", "-c", SESSION, f"cwsandbox-{secrets.token_hex(8)}", script, *args]
+
+
+def session_token(argv: Sequence[str]) -> str | None:
+    """The token of an ``in_session`` argv (None for any other argv)."""
+    if len(argv) > 3 and list(argv[:3]) == ["/bin/sh", "-c", SESSION] and argv[3].startswith("cwsandbox-"):
+        return argv[3].removeprefix("cwsandbox-")
+    return None
 
 
 def exec_argv(
@@ -119,6 +157,10 @@ def exec_argv(
 
 def kill_argv(session: int) -> list[str]:
     return ["/bin/sh", "-c", KILL, "cwsandbox-kill", str(session)]
+
+
+def kill_token_argv(token: str) -> list[str]:
+    return ["/bin/sh", "-c", KILL_TOKEN, "cwsandbox-kill", token]
 
 
 class SessionHeader:

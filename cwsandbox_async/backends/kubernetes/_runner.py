@@ -43,7 +43,7 @@ from ._cleanup import Cleanup
 from ._client import KubeApiError, KubeClient
 from ._exec import Abandoned, ExecStatusError, StreamResult, close_socket, exit_code, read_header, stream_exec
 from ._files import read_argv, read_result, write_argv, write_result
-from ._inpod import exec_argv, kill_argv
+from ._inpod import exec_argv, kill_argv, kill_token_argv
 from ._options import KubernetesOptions
 from ._podstate import MAIN_CONTAINER, PodView
 
@@ -115,8 +115,12 @@ class PodRunner:
         if ab.why != "aborted" and ab.session is None:
             await read_header(ab.ws, ab.header)
         await close_socket(ab.ws)
-        if ab.why != "aborted" and ab.session is not None:
+        if ab.why == "aborted":
+            return
+        if ab.session is not None:
             await self.kill(sandbox_id, ab.session)
+        elif ab.token is not None:  # the stream broke before its session id arrived
+            await self.kill(sandbox_id, token=ab.token)
 
     async def stream(self, sandbox_id: str, argv: Sequence[str], **kw: Any) -> StreamResult:
         """One exec stream; a refused upgrade becomes the most specific error (a dead pod beats HTTP 400)."""
@@ -162,10 +166,12 @@ class PodRunner:
         exc.sandbox_id = sandbox_id
         return exc
 
-    async def kill(self, sandbox_id: str, session: int) -> None:
-        """Kill a command's session inside the pod (nothing to do when the pod or container is gone)."""
+    async def kill(self, sandbox_id: str, session: int | None = None, *, token: str | None = None) -> None:
+        """Kill a command's session inside the pod, by its id or by its wrapper's token (nothing to do when
+        the pod or container is gone)."""
+        argv = kill_argv(session) if session is not None else kill_token_argv(token or "")
         try:
-            await self.stream(sandbox_id, kill_argv(session), stdin=None, deadline_seconds=self.o.kill_timeout_seconds)
+            await self.stream(sandbox_id, argv, stdin=None, deadline_seconds=self.o.kill_timeout_seconds)
         except SandboxNotRunningError:
             return
         except KubeApiError as exc:
