@@ -262,6 +262,25 @@ async def test_no_isolation_only_by_name_and_with_a_warning(tag: str) -> None:
     assert LocalBackend().isolation == "unshare" and LocalBackend(agent="plain").isolation == "bwrap"
 
 
+@pytest.mark.filterwarnings("ignore:LocalBackend\\(isolation='none'\\)")
+@pytest.mark.parametrize("isolation", ["none", "unshare"])
+async def test_a_command_gets_no_descriptor_but_its_own(tag: str, isolation: str) -> None:
+    """Not the agent's channel (which the unisolated agent got by dup2, so inheritable), nor anything
+    inheritable the driver's process holds (here a pipe; under make, its jobserver's)."""
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    try:
+        async with cwa.Session(cwa.SandboxDefaults(tags=(tag,)), backend=LocalBackend(isolation=isolation)) as s:
+            sb = await s.sandbox()
+            res = await sb.exec(
+                ["sh", "-c", 'for f in /proc/$$/fd/*; do [ -e "$f" ] && echo "${f##*/}"; done']
+            )  # (not the glob's own)
+            assert sorted(res.stdout.split()) == ["0", "1", "2"], res.stdout
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 @pytest.fixture
 async def fixture_sandbox(tag: str) -> AsyncIterator[tuple[LocalBackend, str]]:
     """A sandbox created in a fixture: the template is started from a worker thread that ends before the test."""

@@ -114,7 +114,7 @@ KILL_TOKEN = _REAP + (
     'c=$(tr "\\0" " " < "$d/cmdline" 2>/dev/null) || continue; '
     'case " $c" in *" cwsandbox-$t "*) o="$o $p";; esac; done; '
     '[ -n "$o" ] || exit 0; '
-    "for d in /proc/[0-9]*; do read -r st 2>/dev/null < \"$d/stat\" || continue; set -- ${st##*) }; "
+    'for d in /proc/[0-9]*; do read -r st 2>/dev/null < "$d/stat" || continue; set -- ${st##*) }; '
     'case " $o " in *" $2 "*) s="$s ${d#/proc/}";; esac; done; '
     'for p in $o; do kill -9 "$p" 2>/dev/null; done; '
     'for x in $s; do cws_reap session "$x"; done'

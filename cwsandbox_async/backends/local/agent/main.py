@@ -15,6 +15,7 @@ did (``hardening``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -81,6 +82,12 @@ def open_cgroup_paths(paths: dict[str, Any]) -> dict[str, Any]:
 def boot(config_bytes: bytes, bundle: bytes | None = None) -> NoReturn:
     """Called by ``BOOTSTRAP`` (an unisolated agent): preload, join the cgroups, ``run`` on ``channel_fd``."""
     try:
+        # Nothing this agent was started with reaches a command: its channel (dup2'd to its place, so
+        # inheritable) and whatever inheritable descriptors the driver's process had.
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
+                    os.set_inheritable(int(name), False)
         config = json.loads(config_bytes) if config_bytes else {}
         preload(config)
         cgroup = open_cgroup_paths(config["cgroup_paths"]) if config.get("cgroup_paths") else None
