@@ -31,7 +31,7 @@ HAS_CC = any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "native":
         if not HAS_CC:
-            pytest.skip("no C compiler here: the native spawner cannot be built")
+            pytest.skip("no C compiler (cc, gcc or clang) on PATH: no spawner to build; the fallback tests still run")
         monkeypatch.delenv(_native.ENV, raising=False)
     else:
         monkeypatch.setenv(_native.ENV, "python")
@@ -121,7 +121,7 @@ def test_no_compiler_means_the_python_path_said_once(
     assert len(warned) == 1 and "no C compiler" in warned[0].getMessage()
 
 
-@pytest.mark.skipif(not HAS_CC, reason="no C compiler here")
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler (cc, gcc or clang) on PATH: nothing to compare the fallback with")
 def test_the_spawner_is_built_once_execute_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.delenv(_native.ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -55,6 +55,11 @@ CFLAGS = (
     "-fno-asynchronous-unwind-tables",
 )
 
+#: Bounds on the one-time build and its self-check (a hang guard: a build takes ~0.5 s, the check ms).
+#: Past them the build is given up and every exec forks PID 1, said once at WARNING.
+BUILD_TIMEOUT_SECONDS = 120.0
+CHECK_TIMEOUT_SECONDS = 30.0
+
 _lock = threading.Lock()
 _built: dict[str, str | None] = {}
 _warned = False
@@ -125,7 +130,11 @@ def _build(source: bytes, machine: str, key: str) -> str | None:
             f.write(source)
         out = os.path.join(tmp, "cwspawn")
         proc = subprocess.run(
-            [cc, *CFLAGS, "-o", out, src], capture_output=True, timeout=120, check=False, stdin=subprocess.DEVNULL
+            [cc, *CFLAGS, "-o", out, src],
+            capture_output=True,
+            timeout=BUILD_TIMEOUT_SECONDS,
+            check=False,
+            stdin=subprocess.DEVNULL,
         )
         if proc.returncode != 0:
             warn_once(f"the C compiler failed: {proc.stderr.decode('utf-8', 'replace').strip()[-500:]}")
@@ -142,7 +151,9 @@ def _build(source: bytes, machine: str, key: str) -> str | None:
 
 def _works(path: str) -> bool:
     try:
-        proc = subprocess.run([path, "--check"], capture_output=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [path, "--check"], capture_output=True, timeout=CHECK_TIMEOUT_SECONDS, check=False, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0 and proc.stdout == b"ok\n"
