@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 import pytest
 import structlog
+from settling_loop import ASYNCIO
 
 from cwsandbox_async import SandboxBackendUnavailableError, Session
 
@@ -34,8 +35,9 @@ pytest_plugins = ["cluster.plugin"]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    """asyncio, on a loop that does not close while grpc still owes it a completion (settling_loop)."""
+    return ASYNCIO
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from settling_loop import ASYNCIO
 
 import cwsandbox_async as cwa
 from cwsandbox_async.judge import LANGUAGES, Language
@@ -28,8 +30,8 @@ def rust_language() -> Language:
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return ASYNCIO
 
 
 @pytest.fixture(scope="module")

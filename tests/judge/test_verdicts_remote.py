@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from settling_loop import ASYNCIO
 
 import cwsandbox_async as cwa
 from cwsandbox_async.judge import Judge, Limits, Verdict
@@ -34,8 +36,8 @@ async def judge_both(session: cwa.Session) -> None:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return ASYNCIO
 
 
 @pytest.fixture
