@@ -82,7 +82,6 @@ async def test_exclusive_kills_everything_else(cw_server: CoreWeaveTestServer, m
     async def sleeper() -> None:
         result["sleeper"] = await backend.exec(sid, make_request("sleep", "30", timeout=40))
 
-    start = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(sleeper)
         await anyio.sleep(1.0)
@@ -90,8 +89,7 @@ async def test_exclusive_kills_everything_else(cw_server: CoreWeaveTestServer, m
         alone = await backend.exec(sid, ExecRequest(**{**_fields(base), "exclusive": True}))
         assert alone.stdout == b"alone\n"
     ex = result["sleeper"]
-    assert getattr(ex, "returncode", None) not in (0, None)  # killed, long before its 30 s
-    assert time.monotonic() - start < 15
+    assert getattr(ex, "returncode", None) not in (0, None)  # killed: left alone, its sleep ends with 0
     after = await backend.exec(sid, make_request("echo", "usable"))
     assert after.stdout == b"usable\n"
     await backend.destroy(sid)

@@ -118,11 +118,10 @@ def test_a_kill_order_ends_the_whole_tree(agent: socket.socket) -> None:
     err_r, err_w = os.pipe()
     send(agent, p.ORDER.pack(p.O_RUN, p.M_EXEC, 0, 9, 0.0, 0.0), [request, out_w, err_w])
     time.sleep(0.3)
-    start = time.monotonic()
     send(agent, p.ORDER.pack(p.O_KILL, 0, 0, 9, 0.0, 0.0), [])
     kind, _, flags, rid, rc, *_ = report(agent)
+    # Killed (left alone, its sleeps would end with 0 after 30 s).
     assert (kind, rid, rc, flags & p.D_TIMED_OUT) == (p.R_DONE, 9, -signal.SIGKILL, 0)
-    assert time.monotonic() - start < 5
     with os.fdopen(out_r, "rb") as out:
         assert out.read() == b""  # end of file: nothing holds the pipe any more
     os.close(err_r)

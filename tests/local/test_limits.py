@@ -12,7 +12,15 @@ import pytest
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
 
-from .conftest import exists, host_processes_matching, local_session, read_text, requires_isolation, wait_until
+from .conftest import (
+    HANG_GUARD_SECONDS,
+    exists,
+    host_processes_matching,
+    local_session,
+    read_text,
+    requires_isolation,
+    wait_until,
+)
 
 pytestmark = requires_isolation
 
@@ -44,12 +52,10 @@ async def test_fork_bomb_is_contained(tag: str) -> None:
         count, errno = (int(x) for x in r.stdout.split())
         assert errno == 11 and count < 60, r  # EAGAIN well before the limit's slack is gone
         # A classic shell bomb ends with a result, within its timeout.
-        start = time.monotonic()
         r = await bombed.exec("b() { b | b & }; b; sleep 1; echo bomb done", timeout_seconds=10)
         # It ends with a result, well within its timeout: "bomb done", or dash's own exit 2 when the bomb
         # still held every process slot at the moment the shell itself had to fork `sleep` (a race).
         assert not r.timed_out and (r.stdout.endswith("bomb done\n") or (r.returncode == 2 and "fork" in r.stderr))
-        assert time.monotonic() - start < 15
         assert (await other.exec(["echo", "fine"])).stdout == "fine\n"
         assert (await bombed.exec(["echo", "alive"])).stdout == "alive\n"
         assert await host_true_works()
@@ -83,13 +89,11 @@ async def test_a_host_out_of_memory_kills_sandboxes_first(tag: str) -> None:
 async def test_output_flood_is_cut_at_the_cap(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()
-        start = time.monotonic()
-        r = await sb.exec(["yes"], max_output_bytes=256 * 1024, timeout_seconds=30)
+        r = await sb.exec(["yes"], max_output_bytes=256 * 1024, timeout_seconds=HANG_GUARD_SECONDS)
         assert r.truncated and not r.timed_out
         assert len(r.stdout_bytes) == 256 * 1024 and set(r.stdout_bytes) <= set(b"y\n")
-        r = await sb.exec("head -c 100000000 /dev/urandom >&2", max_output_bytes=4096)
-        assert r.truncated and len(r.stderr_bytes) == 4096
-        assert time.monotonic() - start < 20
+        r = await sb.exec("head -c 100000000 /dev/urandom >&2; echo flood done >&2", max_output_bytes=4096)
+        assert r.truncated and len(r.stderr_bytes) == 4096 and r.returncode == -9  # killed at the cap
         assert "yes" not in (await sb.exec(["ps", "-eo", "comm"])).stdout
 
 
@@ -98,10 +102,10 @@ async def test_timeout_kills_the_tree_and_raises(tag: str) -> None:
         sb = await s.sandbox()
         marker = f"{os.getpid() % 1000 + 1000}"
         start = time.monotonic()
-        with pytest.raises(cwa.SandboxTimeoutError) as info:
+        # Were TERM all it got, it would sleep for `marker` (1000+) s: ending inside the guard is the fact.
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxTimeoutError) as info:
             await sb.exec(f"echo started; trap '' TERM; sleep {marker} & sleep {marker}", timeout_seconds=1)
-        elapsed = time.monotonic() - start
-        assert 0.9 < elapsed < 4
+        assert time.monotonic() - start > 0.9  # not before its timeout
         assert info.value.result is not None and info.value.result.stdout == "started\n"
         assert info.value.infrastructure is False
         assert host_processes_matching(f"sleep {marker}".encode()) == []

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
+import anyio
 import pytest
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.base import Backend
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import local_session, requires_isolation
+from .conftest import HANG_GUARD_SECONDS, local_session, requires_isolation
 
 pytestmark = requires_isolation
 
@@ -59,10 +58,8 @@ async def test_run_python_is_isolated_from_the_agent_and_between_runs(tag: str) 
 async def test_run_python_timeout_and_output_cap(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()
-        start = time.monotonic()
-        with pytest.raises(cwa.SandboxTimeoutError) as info:
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxTimeoutError) as info:
             await sb.run_python("print('before', flush=True)\nwhile True: pass", timeout_seconds=1)
-        assert time.monotonic() - start < 4
         assert info.value.result is not None and info.value.result.stdout == "before\n"
         r = await sb.run_python("while True: print('x' * 1000)", max_output_bytes=10_000)
         assert r.truncated and len(r.stdout_bytes) == 10_000

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import os
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,7 +22,7 @@ from cwsandbox_async._types import ExecExit
 from cwsandbox_async.backends.local import LocalBackend
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import requires_isolation
+from .conftest import HANG_GUARD_SECONDS, requires_isolation
 
 pytestmark = requires_isolation
 
@@ -103,17 +102,16 @@ async def test_a_cpu_budget_ends_the_whole_tree(backend: LocalBackend, tag: str)
 
 
 async def _test_a_cpu_budget_ends_the_whole_tree(box: Box) -> None:
-    start = time.monotonic()
     r = await box.py(BUSY.format(s=30), cpu_seconds=0.5, timeout=20)
-    assert r.cpu_exceeded and r.returncode == -9 and not r.timed_out
-    assert 0.5 <= r.cpu_seconds < 2.5 and time.monotonic() - start < 15
+    assert r.cpu_exceeded and r.returncode == -9 and not r.timed_out  # ended by its budget, not its timeout
+    assert 0.5 <= r.cpu_seconds < 2.5
     # Its children's CPU counts too, daemons that left the exec's process group included.
     r = await box.sh(f"python3 -c '{BUSY.format(s=30)}' & setsid python3 -c '{BUSY.format(s=30)}' & wait",
                      cpu_seconds=0.6, timeout=20)  # fmt: skip
     assert r.cpu_exceeded and 0.6 <= r.cpu_seconds < 3.0, r
     # A double-forked daemon is re-parented to the command (a subreaper), not to PID 1: still sampled.
     r = await box.py(DOUBLE_FORK, cpu_seconds=0.6, timeout=20)
-    assert r.cpu_exceeded and r.wall_seconds < 10, r
+    assert r.cpu_exceeded and not r.timed_out, r
     # Sleeping costs no CPU: a budget does not end it.
     r = await box.sh("sleep 0.6; echo done", cpu_seconds=0.3)
     assert (r.returncode, r.stdout, r.cpu_exceeded) == (0, b"done\n", False)
@@ -285,13 +283,14 @@ async def test_a_full_pids_limit_fails_new_execs_at_once(backend: LocalBackend, 
     (the program's doing, a result), not as a hang until the caller's deadline."""
     bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
     async with sandbox(backend, tag, resources=Resources(pids=24)) as box, anyio.create_task_group() as tg:
-        tg.start_soon(lambda: box.py(bomb, timeout=8))
+        # The bomb holds its pids until it is cancelled below: an exec that waited for a free pid would
+        # never end (the hang guard), one that waited out its own deadline would be timed out.
+        tg.start_soon(lambda: box.py(bomb, timeout=10 * HANG_GUARD_SECONDS))
         await anyio.sleep(1.5)
         for _ in range(2):
-            start = time.monotonic()
-            r = await box.run(["echo", "x"], timeout=10)
-            assert time.monotonic() - start < 5
-            assert r.returncode in (0, 126), r
+            with anyio.fail_after(HANG_GUARD_SECONDS):
+                r = await box.run(["echo", "x"], timeout=10 * HANG_GUARD_SECONDS)
+            assert r.returncode in (0, 126) and not r.timed_out, r
             if r.returncode == 126:
                 assert b"no process available" in r.stderr or b"cannot start" in r.stderr
         tg.cancel_scope.cancel()
