@@ -31,7 +31,9 @@ cpu                the cgroup's CPU quota (no fallback); every sandbox has its o
                    cgroup anyway, so sandboxes share the CPU by weight (``cpu_weight``)
 cpu_seconds        a CPU budget per exec, for every process it made (the sandbox cgroup's
                    usage, PID 1's own subtracted; see ``agent.execs``), as ``ExecRequest.cpu_seconds``
-                   when the request has none; and RLIMIT_CPU of every process
+                   when the request has none; and RLIMIT_CPU of every process (a command
+                   dead of its SIGXCPU is ``cpu_exceeded``: the kernel counts whole clock
+                   ticks, so its ``cpu_seconds``, the exact runtime, may be below the limit)
 file_size_mib      RLIMIT_FSIZE of every process of an exec; ``write_file`` checks it
 tmp_mib            size of the /tmp tmpfs
 workspace_mib      size of the working directory's tmpfs
