@@ -48,12 +48,6 @@ def bwrap_problem() -> str | None:
     return None
 
 
-#: How long a call that must end at its timeout or with an error may take before the test stops waiting.
-#: A hang guard, not a timing fact: each command here would otherwise run for thousands of seconds
-#: (a ``marker()`` sleep, an endless loop, a blocked FIFO) or forever, and ending at all is the fact;
-#: at any load the call ends far inside it.
-HANG_GUARD_SECONDS = 120
-
 requires_isolation = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
 
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 
-from .conftest import HANG_GUARD_SECONDS, arena, requires_isolation
+from .conftest import arena, requires_isolation
 
 pytestmark = requires_isolation
 

@@ -13,14 +13,13 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 # The test API server's fixtures live with its tests; importing them here makes them usable.
 from k8s.conftest import BackendFactory, k8s_server, make_backend, needs_bwrap, wait_no_pods  # noqa: F401
 from k8s.server import KubeTestServer
 
 import cwsandbox_async as cwa
-
-from .conftest import HANG_GUARD_SECONDS
 
 pytestmark = needs_bwrap
 

@@ -7,11 +7,12 @@ import os
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async._validate import MAX_ARGV_BYTES
 
-from .conftest import HANG_GUARD_SECONDS, arena, requires_isolation
+from .conftest import arena, requires_isolation
 
 pytestmark = requires_isolation
 

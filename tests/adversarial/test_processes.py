@@ -8,11 +8,12 @@ import time
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from proctree import descendants
 
 import cwsandbox_async as cwa
 
-from .conftest import HANG_GUARD_SECONDS, arena, host_processes_matching, requires_isolation
+from .conftest import arena, host_processes_matching, requires_isolation
 
 pytestmark = requires_isolation
 

@@ -56,12 +56,6 @@ needs_bwrap = pytest.mark.skipif(not BWRAP, reason="the test server runs pod com
 #: Image the test pods use; the test server runs commands on the host's /usr either way.
 TEST_IMAGE = "registry.test/cwsandbox/python:3.11"
 
-#: A hang guard for a call that must end early (a refusal, a fault, a death): not a timing fact. What it
-#: must not wait out is made far longer (``LONG_SECONDS``: a create timeout, an exec's sleep, a slow
-#: reply), so ending inside the guard shows it was not waited out, at any load.
-HANG_GUARD_SECONDS = 120
-LONG_SECONDS = 3600
-
 
 @pytest.fixture
 async def k8s_server() -> AsyncIterator[KubeTestServer]:

@@ -13,6 +13,7 @@ import time
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 from cwsandbox_async import SandboxBackendUnavailableError, SandboxCreationError, SandboxValidationError
 from cwsandbox_async.backends.kubernetes._client import warning_texts
@@ -20,7 +21,7 @@ from cwsandbox_async.backends.kubernetes._inventory import pods_path
 from cwsandbox_async.backends.kubernetes._manifest import build_pod
 from cwsandbox_async.testing.contract import make_spec
 
-from .conftest import HANG_GUARD_SECONDS, LONG_SECONDS, BackendFactory, needs_bwrap, wait_no_pods
+from .conftest import BackendFactory, needs_bwrap, wait_no_pods
 from .server import KubeTestServer
 
 pytestmark = needs_bwrap

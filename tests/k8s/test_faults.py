@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async import (
@@ -17,7 +18,7 @@ from cwsandbox_async import (
     SandboxTransportError,
 )
 
-from .conftest import HANG_GUARD_SECONDS, LONG_SECONDS, BackendFactory, needs_bwrap, wait_for, wait_no_pods
+from .conftest import BackendFactory, needs_bwrap, wait_for, wait_no_pods
 from .server import KubeTestServer
 
 pytestmark = needs_bwrap

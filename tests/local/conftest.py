@@ -34,11 +34,6 @@ def bwrap_problem() -> str | None:
     return None
 
 
-#: How long a call that must end early (at its timeout, at a limit, with an error) may take before the test
-#: stops waiting. A hang guard, not a timing fact: what it must not wait out (a sleep, a loop, a blocked
-#: process) lasts far longer or forever, so ending inside it is the fact, at any load.
-HANG_GUARD_SECONDS = 120
-
 requires_isolation = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
 
 

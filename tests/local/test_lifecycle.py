@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends import load_backend
@@ -24,7 +25,6 @@ from cwsandbox_async.backends.local._registry import Registry, pid_alive
 from cwsandbox_async.testing.contract import make_request, make_spec
 
 from .conftest import (
-    HANG_GUARD_SECONDS,
     child_pids,
     exists,
     host_processes_matching,

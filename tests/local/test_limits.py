@@ -8,12 +8,12 @@ import time
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
 
 from .conftest import (
-    HANG_GUARD_SECONDS,
     exists,
     host_processes_matching,
     local_session,

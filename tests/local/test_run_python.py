@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.base import Backend
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import HANG_GUARD_SECONDS, local_session, requires_isolation
+from .conftest import local_session, requires_isolation
 
 pytestmark = requires_isolation
 

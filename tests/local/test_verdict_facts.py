@@ -16,13 +16,14 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import Resources
 from cwsandbox_async._types import ExecExit
 from cwsandbox_async.backends.local import LocalBackend
 from cwsandbox_async.testing.contract import make_request, make_spec
 
-from .conftest import HANG_GUARD_SECONDS, requires_isolation
+from .conftest import requires_isolation
 
 pytestmark = requires_isolation
 
