@@ -3,9 +3,10 @@
 The driver creates the exec's stdout and stderr pipes itself, passes the write ends to PID 1 with
 the order, and reads the read ends on its own event loop (``loop.add_reader``, one ``read`` per
 callback): no output passes through the sandbox. It enforces the output cap here: past
-``max_output_bytes`` on a stream the rest is dropped, that pipe is closed and PID 1 is told to
-kill the exec (``truncated``). The exec is over when PID 1's report arrived (sent once the
-command's whole process tree is gone) and both pipes reached end of file; a pipe a process of the
+``max_output_bytes`` on a stream the rest is dropped, PID 1 is told to kill the exec
+(``truncated``), and that pipe is left unread (its writer blocks) until the tree is gone, then
+closed. The exec is over when PID 1's report arrived (sent once the command's whole process tree
+is gone) and both pipes reached end of file; a pipe a process of the
 sandbox still holds open (passed to another exec's process) is closed ``eof_grace`` seconds after
 the report. A channel that breaks ends every call at once (``broken``).
 """
@@ -75,6 +76,8 @@ class ExecCall:
         self.done = anyio.Event()
         self._loop = asyncio.get_running_loop()
         self._grace: asyncio.TimerHandle | None = None
+        #: Streams past the cap whose pipe stays open, unread, until the report (see ``_readable``).
+        self._held: list[int] = []
         for which, fd in enumerate(self.fds):
             self._loop.add_reader(fd, self._readable, which)
 
@@ -101,16 +104,25 @@ class ExecCall:
         if over:
             self.truncated = True
             if self.report is None:
+                # Kill first, and close the pipe only once the tree is gone (``on_report``): a writer
+                # blocks on the full pipe meanwhile. Closing it now would let the writer die of SIGPIPE
+                # and the rest of the command (a shell's next line) run on before the kill arrives.
+                self._loop.remove_reader(self.fds[which])
+                self._held.append(which)
                 self.kill()
-            self._close(which)  # the rest is dropped: nothing reads it any more
+            else:
+                self._close(which)  # the rest is dropped: nothing reads it any more
 
     def _close(self, which: int) -> None:
+        self._close_fd(which)
+        self._check()
+
+    def _close_fd(self, which: int) -> None:
         fd = self.fds[which]
         if fd >= 0:
             self.fds[which] = -1
             self._loop.remove_reader(fd)
             os.close(fd)
-            self._check()
 
     def _check(self) -> None:
         if self.report is not None and self.fds == [-1, -1] and not self.done.is_set():
@@ -129,6 +141,9 @@ class ExecCall:
     def on_report(self, report: Report) -> None:
         """PID 1 reported: the tree is gone; wait for the pipes' end (at most ``eof_grace``)."""
         self.report = report
+        for which in self._held:
+            self._close_fd(which)
+        self._held.clear()
         if self.fds != [-1, -1]:
             self._grace = self._loop.call_later(self.eof_grace, self.close)
         self._check()
@@ -136,11 +151,8 @@ class ExecCall:
     def close(self) -> None:
         """Stop reading (the exec is over, abandoned, or its channel broke); idempotent."""
         for which in (0, 1):
-            fd = self.fds[which]
-            if fd >= 0:
-                self.fds[which] = -1
-                self._loop.remove_reader(fd)
-                os.close(fd)
+            self._close_fd(which)
+        self._held.clear()
         if not self.done.is_set():
             self._finish()
 
