@@ -15,9 +15,10 @@ import time
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
-from cwsandbox_async.integrations.trl import code_reward
+from cwsandbox_async.integrations.trl import VerdictKind, code_reward
 
 from .conftest import arena, host_processes_matching, requires_isolation
 
@@ -424,9 +425,29 @@ CPU_CROWD = (
 )
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``, every CPU)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def assert_starved_only_if_others_held_the_machine(starved: bool, busy: float, own: float, wall: float) -> None:
+    """A starved verdict (infrastructure: not scored) needs what the crowd cannot make: the machine's
+    CPUs held by work outside its sandbox. ``busy`` is the machine's busy CPU over a window that holds
+    the run, measured here, apart from the backend; ``own`` what the sandbox used, ``wall`` the run's.
+    The backend asks for 75% of the capacity the sandbox left; this window is wider, so half is
+    asked here. Not starved needs no evidence: the program's own timeout is always a true verdict."""
+    if starved:
+        left = len(os.sched_getaffinity(0)) * wall - own
+        assert busy - own >= 0.5 * left, ("starved on an idle machine", busy, own, wall)
+
+
 async def test_a_cpu_crowd_cannot_make_the_supervisor_report_late(tag: str) -> None:
     """PID 1 is in its own CPU group beside the commands' (one entity however many tasks they run):
-    it reports the timeout itself, a result with the program's timeout, never infrastructure.
+    it reports the timeout itself, a result with the program's timeout. Infrastructure only if the
+    machine was held by others (a loaded machine starves the crowd's group as it would any program's:
+    checked against this test's own reading of the machine), never by the crowd's own doing.
 
     How late the report comes is a latency, and depends on the machine's load (here: 6 ms after
     the timeout for one busy loop, 3.6 s for the crowd with a Go build beside it), so it is not
@@ -439,32 +460,42 @@ async def test_a_cpu_crowd_cannot_make_the_supervisor_report_late(tag: str) -> N
         handle_signals=False,
     )
 
-    async def lateness(code: str) -> tuple[float, cwa.SandboxTimeoutError]:
-        t0 = time.monotonic()
+    async def lateness(code: str) -> tuple[float, cwa.SandboxTimeoutError, float]:
+        t0, busy0 = time.monotonic(), machine_busy_seconds()
         with pytest.raises(cwa.SandboxTimeoutError) as info:
             await sb.run_python(code, timeout_seconds=3)
-        return time.monotonic() - t0 - 3, info.value
+        return time.monotonic() - t0 - 3, info.value, machine_busy_seconds() - busy0
 
     async with session as s:
         with anyio.fail_after(60):
             sb = await s.sandbox()
-        baseline, _ = await lateness("while True:\n    pass\n")
+        baseline, _, _ = await lateness("while True:\n    pass\n")
         for _ in range(2):
-            late, err = await lateness(CPU_CROWD)
-            assert err.result is not None and err.result.timed_out, (err, late, baseline)  # PID 1 reported it
-            assert not err.infrastructure, (err, late, baseline)
+            late, err, busy = await lateness(CPU_CROWD)
+            r = err.result
+            assert r is not None and r.timed_out, (err, late, baseline)  # PID 1 reported it
+            assert err.infrastructure == r.starved, (err, late, baseline)
+            own = max(r.cpu_seconds, r.sandbox_cpu_seconds or 0.0)
+            assert_starved_only_if_others_held_the_machine(r.starved, busy, own, r.wall_seconds)
         assert (await sb.exec(["echo", "alive"])).stdout == "alive\n"
 
 
 async def test_a_cpu_crowd_scores_zero_not_none() -> None:
-    """Through ``code_reward``: the wrong answer with the crowd is 0.0, never None (not scored)."""
+    """Through ``code_reward``: the wrong answer with the crowd is 0.0, and None (not scored) only
+    where the machine was held by others while it ran (see above), never by the crowd's doing."""
     reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=3, verbose=False)
+    busy0 = machine_busy_seconds()
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(
                 completions=[f"<answer>\ndef solve(): return 41\n{CPU_CROWD}</answer>"],
                 tests=["assert solve() == 42\n"],
             )
     finally:
         await reward.aclose()
-    assert rewards == [0.0]
+    busy = machine_busy_seconds() - busy0
+    (v,) = reward.last_verdicts
+    starved = v.kind is VerdictKind.STARVED
+    assert rewards == ([None] if starved else [0.0]), v
+    assert v.wall_seconds is not None and v.cpu_seconds is not None, v
+    assert_starved_only_if_others_held_the_machine(starved, busy, v.cpu_seconds, v.wall_seconds)
