@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from proctree import descendants, is_zombie
 
 import cwsandbox_async as cwa
@@ -98,14 +99,14 @@ class Arena:
 
 async def driver_still_works() -> None:
     """The driver's event loop answers and it can still spawn a host process."""
-    with anyio.fail_after(10):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         proc = await asyncio.create_subprocess_exec("true")
         assert await proc.wait() == 0
 
 
 async def canary_works(sb: cwa.Sandbox) -> None:
-    with anyio.fail_after(10):
-        r = await sb.exec(["echo", "canary"], timeout_seconds=5)
+    with anyio.fail_after(HANG_GUARD_SECONDS):
+        r = await sb.exec(["echo", "canary"], timeout_seconds=HANG_GUARD_SECONDS)
     assert r.stdout == "canary\n", r
 
 
@@ -121,7 +122,7 @@ async def arena(tag: str, backend_options: dict[str, Any] | None = None, **defau
         handle_signals=False,
     )
     async with session as s:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             victim, canary = await s.sandbox(), await s.sandbox()
         yield Arena(s, victim, canary)
         await canary_works(canary)

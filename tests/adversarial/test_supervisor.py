@@ -15,6 +15,7 @@ import time
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.integrations.trl import code_reward
@@ -88,7 +89,7 @@ async def test_no_command_can_change_the_supervisor(tag: str, how: str) -> None:
         results = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
         assert results and all(v == "EPERM" for v in results.values()), results
         assert supervisor_state(pid) == before
-        assert (await a.victim.exec(["echo", "still"], timeout_seconds=10)).stdout == "still\n"
+        assert (await a.victim.exec(["echo", "still"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "still\n"
 
 
 async def test_a_command_still_sets_its_own_limits_priority_and_cpus(tag: str) -> None:
@@ -169,7 +170,7 @@ async def test_attacks_on_the_supervisor_score_zero_not_none() -> None:
     """Through ``code_reward`` against ``assert solve() == 42``: 0.0 for each, never None (not scored)."""
     reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=20, verbose=False)
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(
                 completions=[f"<answer>\n{code}</answer>" for code in SUPERVISOR_ATTACKS.values()],
                 tests=["assert solve() == 42\n"] * len(SUPERVISOR_ATTACKS),
@@ -183,7 +184,7 @@ async def test_forged_starvation_scores_zero_not_none() -> None:
     """The issue's forge (32 pinned processes waking every 10 ms) times out: 0.0, never None, at any load."""
     reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=3, verbose=False)
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(
                 completions=[f"<answer>\ndef solve(): return 41\n{FORGED_STARVATION}</answer>"],
                 tests=["assert solve() == 42\n"],
@@ -233,7 +234,7 @@ async def test_a_supervisor_that_cannot_read_proc_kills_everything_at_the_timeou
         async with anyio.create_task_group() as tg:
 
             async def lower_when_started() -> None:
-                with anyio.fail_after(20):
+                with anyio.fail_after(HANG_GUARD_SECONDS):
                     while len(host_processes_matching(f"sleep {mark}".encode())) < 2:  # noqa: ASYNC110
                         await anyio.sleep(0.02)  # (a poll of the host's process table: nothing to wait on)
                 resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, hard))
@@ -246,7 +247,7 @@ async def test_a_supervisor_that_cannot_read_proc_kills_everything_at_the_timeou
             assert host_processes_matching(f"sleep {mark}".encode()) == []
         finally:
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
-        assert (await a.victim.exec(["echo", "after"], timeout_seconds=10)).stdout == "after\n"
+        assert (await a.victim.exec(["echo", "after"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "after\n"
 
 
 @pytest.mark.parametrize("how", ["exits", "killed"])
@@ -267,14 +268,14 @@ async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str,
                     os.kill(pid, 9)
 
             tg.start_soon(strike)
-            with anyio.fail_after(30), pytest.raises(cwa.SandboxNotRunningError) as info:
-                await a.victim.exec(["sleep", "20"], timeout_seconds=25)
+            with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxNotRunningError) as info:
+                await a.victim.exec(["sleep", str(LONG_SECONDS)], timeout_seconds=LONG_SECONDS)
         want = how == "killed"
         assert info.value.infrastructure is want, info.value
         assert ("killed by signal 9" if want else "exited with status") in str(info.value)
         for _ in range(2):
             with pytest.raises(cwa.SandboxNotRunningError) as later:
-                await a.victim.exec(["true"], timeout_seconds=5)
+                await a.victim.exec(["true"], timeout_seconds=HANG_GUARD_SECONDS)
             assert later.value.infrastructure is want, later.value
 
 
@@ -446,7 +447,7 @@ async def test_a_cpu_crowd_cannot_make_the_supervisor_report_late(tag: str) -> N
         return time.monotonic() - t0 - 3, info.value
 
     async with session as s:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             sb = await s.sandbox()
         baseline, _ = await lateness("while True:\n    pass\n")
         for _ in range(2):
@@ -460,7 +461,7 @@ async def test_a_cpu_crowd_scores_zero_not_none() -> None:
     """Through ``code_reward``: the wrong answer with the crowd is 0.0, never None (not scored)."""
     reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=3, verbose=False)
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(
                 completions=[f"<answer>\ndef solve(): return 41\n{CPU_CROWD}</answer>"],
                 tests=["assert solve() == 42\n"],

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import (
     SandboxBackendUnavailableError,
@@ -175,7 +176,7 @@ async def test_a_fork_beside_a_channel_is_quiet(setting: str | None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
     if setting is not None:
         env["GRPC_ENABLE_FORK_SUPPORT"] = setting
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         proc = await anyio.run_process([sys.executable, "-c", FORKS_WITH_A_CHANNEL], env=env, check=True)
     noisy = b"skipping fork() handlers" in proc.stderr
     assert noisy is (setting == "1"), proc.stderr.decode()

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxError, SandboxPool, SandboxValidationError, Session
 from cwsandbox_async.integrations.art import (
@@ -120,7 +121,7 @@ async def test_rollout_releases_on_return_error_deadline_and_cancel() -> None:
         async def forever(sb: Any) -> None:
             await anyio.sleep_forever()
 
-        with anyio.fail_after(10), pytest.raises(RolloutTimeoutError) as info:
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(RolloutTimeoutError) as info:
             await sandbox_rollout(pool, forever, timeout_seconds=0.2)
         assert not info.value.infrastructure
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 
@@ -86,7 +87,7 @@ async def make_backend(k8s_server: KubeTestServer) -> AsyncIterator[BackendFacto
         await backend.aclose()
 
 
-async def wait_no_pods(server: KubeTestServer, within: float = 5.0) -> None:
+async def wait_no_pods(server: KubeTestServer, within: float = HANG_GUARD_SECONDS) -> None:
     """Wait until the server holds no pod at all (deleted pods linger ``termination_delay``)."""
     import anyio
 
@@ -96,7 +97,7 @@ async def wait_no_pods(server: KubeTestServer, within: float = 5.0) -> None:
     assert server.live_pods() == [], "pods left behind"
 
 
-async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
+async def wait_for(predicate: Callable[[], bool], within: float = HANG_GUARD_SECONDS) -> None:
     import anyio
 
     with anyio.move_on_after(within):
