@@ -21,6 +21,7 @@ import anyio
 import anyio.lowlevel
 import looptime
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async import OutcomeKind
@@ -310,7 +311,9 @@ try:
 except KeyboardInterrupt:
     print("interrupted", log)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "interrupted ['cancelled']"
 

@@ -70,11 +70,11 @@ async def test_the_outside_network_is_unreachable_at_once(tag: str) -> None:
     """No route at all: connecting out fails immediately with ENETUNREACH (nothing ever leaves the host)."""
     async with arena(tag) as a:
         for family, host in (("tcp", "1.1.1.1"), ("udp", "1.1.1.1"), ("tcp", "10.0.0.1"), ("udp", "8.8.8.8")):
-            r = await a.victim.exec(["python3", "-c", CONNECT, family, host, "53"], timeout_seconds=20)
+            r = await a.victim.exec(["python3", "-c", CONNECT, family, host, "53"], timeout_seconds=HANG_GUARD_SECONDS)
             verdict, errno, seconds = r.stdout.split()
             assert verdict == "blocked" and int(errno) == ENETUNREACH, (family, host, r.stdout)
             assert float(seconds) < 0.5
-        r = await a.victim.exec("getent hosts example.com; echo rc=$?", timeout_seconds=20)
+        r = await a.victim.exec("getent hosts example.com; echo rc=$?", timeout_seconds=HANG_GUARD_SECONDS)
         assert "rc=0" not in r.stdout
 
 
@@ -85,12 +85,16 @@ async def test_the_hosts_own_addresses_are_unreachable(tag: str) -> None:
         pytest.skip("this host has no non-loopback IPv4 address")
     async with arena(tag) as a:
         with listener(addresses[0]) as port:
-            r = await a.victim.exec(["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=20)
+            r = await a.victim.exec(
+                ["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=HANG_GUARD_SECONDS
+            )
             assert r.stdout.startswith("blocked"), r
             # The control: with network=True the same program connects (a local connection), so the
             # check above can fail.
             open_box = await a.session.sandbox(network=True)
-            r = await open_box.exec(["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=20)
+            r = await open_box.exec(
+                ["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=HANG_GUARD_SECONDS
+            )
             assert r.stdout.strip() == "connected", r
 
 

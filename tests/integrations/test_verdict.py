@@ -103,7 +103,7 @@ async def test_submit_solution_early_exit_fails(program_backend: Backend | str) 
             good = await run_tool(sb, submit("print('working')\n" + RIGHT), tests=TESTS)
             assert good.passed is True and good.observation == "All tests passed."
             for name, code in EARLY_EXITS.items():
-                res = await run_tool(sb, submit(code), tests=TESTS, timeout_seconds=20)
+                res = await run_tool(sb, submit(code), tests=TESTS, timeout_seconds=HANG_GUARD_SECONDS)
                 assert res.submitted and res.passed is False, name
                 assert res.observation.startswith("Tests failed."), name
                 assert MARKER_PREFIX.decode() not in res.observation or name == "prints a made-up marker", name
@@ -196,7 +196,7 @@ async def test_the_marker_is_nowhere_the_program_can_read(local_sandbox: Any) ->
     await local_sandbox.write_file("/tmp/planted.txt", "PLANTED-IN-A-FILE")
     run = harness_run(SNOOP, TESTS)
     result = await local_sandbox.run_python(
-        run.source, stdin=run.stdin, env={"PLANTED": "PLANTED-IN-THE-ENV"}, timeout_seconds=30
+        run.source, stdin=run.stdin, env={"PLANTED": "PLANTED-IN-THE-ENV"}, timeout_seconds=HANG_GUARD_SECONDS
     )
     assert "searched" in result.stdout and result.returncode == 0, result.stderr
     assert "PLANTED-IN-A-FILE" in result.stdout and "PLANTED-IN-THE-ENV" in result.stdout  # the search works
@@ -210,9 +210,9 @@ async def test_the_verdict_rests_on_the_marker(local_sandbox: Any) -> None:
     run = harness_run(WRONG, TESTS)
     forger = harness_run(f"import os\nos.write(1, b'\\n' + {run.marker!r} + b'\\n')\nos._exit(0)\n", TESTS)
     stdin = forger.stdin.replace(forger.marker, run.marker)  # the forger's program, this run's marker
-    forged = await run_python(local_sandbox, forger.source, stdin=stdin, timeout_seconds=30)
+    forged = await run_python(local_sandbox, forger.source, stdin=stdin, timeout_seconds=HANG_GUARD_SECONDS)
     assert run.passed(forged)
-    honest = await run_python(local_sandbox, run.source, stdin=run.stdin, timeout_seconds=30)
+    honest = await run_python(local_sandbox, run.source, stdin=run.stdin, timeout_seconds=HANG_GUARD_SECONDS)
     assert not run.passed(honest)
 
 
@@ -396,15 +396,15 @@ async def test_its_own_busy_processes_never_make_a_timeout_starved(local_only: N
         with pytest.raises(SandboxTimeoutError) as info:
             await sb.run_python(source, timeout_seconds=2)
         assert info.value.result is not None
-        own = await sb.exec(["cat", "/tmp/main-cpu"], timeout_seconds=30)
+        own = await sb.exec(["cat", "/tmp/main-cpu"], timeout_seconds=HANG_GUARD_SECONDS)
         return info.value.result, float(own.stdout)
 
     async with Session(backend="local") as session:
         async with session.sandbox() as sb:
             results["daemons"] = await timed_out(sb, DAEMONS)
-            marks = await sb.exec(["sh", "-c", "ls /tmp | grep -c '^daemon-'"], timeout_seconds=30)
+            marks = await sb.exec(["sh", "-c", "ls /tmp | grep -c '^daemon-'"], timeout_seconds=HANG_GUARD_SECONDS)
             assert marks.stdout.strip() == "15", marks
-        async with session.sandbox() as sb, sb.process(["sh", "-c", burners], timeout_seconds=20):
+        async with session.sandbox() as sb, sb.process(["sh", "-c", burners], timeout_seconds=HANG_GUARD_SECONDS):
             with anyio.fail_after(HANG_GUARD_SECONDS):
                 count = ["sh", "-c", "pgrep -c -f '^python3 -c while' || true"]
                 while (await sb.exec(count)).stdout.strip() != "15":  # noqa: ASYNC110 - the sandbox's processes
