@@ -317,7 +317,7 @@ async def test_a_pool_that_cannot_create_blames_whoever_its_last_error_blames() 
     options = {"create_attempts": 2, "max_consecutive_failures": 2, "create_backoff_seconds": 0.01}
     async with cwa.Session(backend=BadCredentials()) as s, cwa.SandboxPool(s, size=1, **options) as pool:  # type: ignore[arg-type]
         with pytest.raises(cwa.SandboxCreationError, match="attempts failed in a row") as info:
-            async with pool.lease(timeout_seconds=30):
+            async with pool.lease(timeout_seconds=HANG_GUARD_SECONDS):
                 pass
     assert not info.value.infrastructure
     assert isinstance(info.value.__cause__, cwa.SandboxBackendUnavailableError)

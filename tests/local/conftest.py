@@ -27,7 +27,7 @@ def bwrap_problem() -> str | None:
     proc = subprocess.run(
         [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
         capture_output=True,
-        timeout=30,
+        timeout=HANG_GUARD_SECONDS,
         check=False,
     )
     if proc.returncode != 0:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from guards import HANG_GUARD_SECONDS
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends import load_backend
@@ -190,8 +190,8 @@ async def test_agent_death_fails_pending_execs(tag: str) -> None:
 async def test_max_lifetime_ends_the_sandbox(tag: str) -> None:
     async with local_session(tag, max_lifetime_seconds=1.0) as s:
         sb = await s.sandbox()
-        with pytest.raises(cwa.SandboxNotRunningError):
-            await sb.exec(["sleep", "10"], timeout_seconds=20)
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxNotRunningError):
+            await sb.exec(["sleep", str(LONG_SECONDS)], timeout_seconds=LONG_SECONDS)
 
 
 async def test_bad_inputs_are_validation_errors(tag: str) -> None:

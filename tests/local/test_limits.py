@@ -126,7 +126,7 @@ async def test_background_job_lives_while_its_exec_runs(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()
         script = "(sleep 30 &) ; sleep 0.3; ps -eo args | grep -c '^sleep 30$'"
-        r = await sb.exec(script, timeout_seconds=10)
+        r = await sb.exec(script, timeout_seconds=HANG_GUARD_SECONDS)
         assert r.stdout.strip() == "1"  # the orphaned helper survived until its exec ended
 
 

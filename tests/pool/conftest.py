@@ -75,7 +75,7 @@ async def settle(pool: SandboxPool) -> None:
     test happens to be running; the close-with-creates-in-flight path is covered on the
     FakeBackend.)
     """
-    await pool.wait_ready(timeout_seconds=60)
+    await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
     await wait_until(lambda: pool.statistics().destroying == 0)
 
 
