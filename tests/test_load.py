@@ -56,9 +56,9 @@ async def run_load(tag: str, n: int) -> tuple[list[cwa.Outcome[str]], float, dic
             async def run() -> str:
                 sb = boxes[i % SANDBOXES]
                 if i % 10 == 0:  # one in ten through the warm-interpreter fast path
-                    r = await sb.run_python(f"print({i})", timeout_seconds=120)
+                    r = await sb.run_python(f"print({i})", timeout_seconds=HANG_GUARD_SECONDS)
                 else:
-                    r = await sb.exec(["echo", str(i)], timeout_seconds=120)
+                    r = await sb.exec(["echo", str(i)], timeout_seconds=HANG_GUARD_SECONDS)
                 return r.stdout
 
             return run
