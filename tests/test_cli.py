@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import pytest
 from adversarial.conftest import bwrap_problem, host_processes_matching
+from guards import HANG_GUARD_SECONDS
 from k8s.conftest import TEST_IMAGE, BackendFactory, k8s_server, make_backend, needs_bwrap, wait_no_pods  # noqa: F401
 from k8s.server import KubeTestServer
 
@@ -72,7 +73,7 @@ def _no_real_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
 
-async def cli_process(*args: str, stdin: bytes | None = None, within: float = 60) -> Ran:
+async def cli_process(*args: str, stdin: bytes | None = None, within: float = HANG_GUARD_SECONDS) -> Ran:
     """The CLI as a user runs it: ``python -m cwsandbox_async.cli`` in a new process."""
     with anyio.fail_after(within):
         proc = await asyncio.create_subprocess_exec(
@@ -111,7 +112,7 @@ def _main_in_this_process(args: tuple[str, ...], stdin: bytes | None) -> Ran:
         sys.stdin, sys.stdout, sys.stderr = streams
 
 
-async def cli(*args: str, stdin: bytes | None = None, within: float = 60) -> Ran:
+async def cli(*args: str, stdin: bytes | None = None, within: float = HANG_GUARD_SECONDS) -> Ran:
     """The CLI's ``main`` with these arguments, in a worker thread (its own event loop, as in a process)."""
     with anyio.fail_after(within):
         return await anyio.to_thread.run_sync(_main_in_this_process, args, stdin, abandon_on_cancel=True)
@@ -196,7 +197,7 @@ async def test_exec_agrees_with_the_api_on_string_commands_and_missing_programs(
     assert r.code == 126 and "permission denied" in r.stderr
     r = await cli("exec", *state, "--shell", "--argv", "--", "true")
     assert r.code == 2 and "contradict" in r.stderr
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         async with Session(backend="local") as s, s.sandbox() as sb:
             codes = [(await sb.exec(c)).returncode for c in (["/nonexistent/program", "x"], "nonexistent-program")]
             codes.append((await sb.exec(["/etc/passwd"])).returncode)
@@ -251,7 +252,7 @@ async def crashed_driver(state_dir: str, tag: str) -> list[str]:
     )
     assert proc.stdout is not None
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             ids = [(await proc.stdout.readline()).decode().strip() for _ in range(2)]
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -263,7 +264,8 @@ async def crashed_driver(state_dir: str, tag: str) -> list[str]:
 async def test_list_and_sweep_find_and_remove_a_crashed_drivers_sandboxes(state: list[str]) -> None:
     tag = f"cli-{uuid.uuid4().hex[:8]}"
     ids = await crashed_driver(state[1], tag)
-    with anyio.fail_after(30):  # they die with their driver, once the kernel has torn their namespaces down
+    # they die with their driver, once the kernel has torn their namespaces down
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         while True:
             r = await cli("list", *state, "--tag", tag, "--json")
             rows = r.json()["sandboxes"]
@@ -308,7 +310,7 @@ async def test_interrupting_exec_stops_its_sandbox(state: list[str]) -> None:
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env(),
     )  # fmt: skip
     try:
-        with anyio.fail_after(60):  # an interpreter, the package and a sandbox start
+        with anyio.fail_after(HANG_GUARD_SECONDS):  # an interpreter, the package and a sandbox start
             while not sandbox_sleeps(marker):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
         proc.send_signal(signal.SIGINT)
@@ -348,7 +350,7 @@ HOLD_HERE = (
 
 @local_only
 async def test_doctor_reports_what_this_machine_enforces(state: list[str]) -> None:
-    r = await cli("doctor", *state, "--json", within=120)
+    r = await cli("doctor", *state, "--json")
     doc = r.json()
     local = checks(doc["local"])
     assert all(c["probe"] for c in local.values()), "every claim names the probe behind it"
@@ -358,7 +360,7 @@ async def test_doctor_reports_what_this_machine_enforces(state: list[str]) -> No
     assert checks(doc["kubernetes"])["config"]["status"] == "skip"  # no kubeconfig: skipped, not failed
     assert r.code == (0 if doc["ok"] else 1)
     assert doc["ok"] == all(c["status"] != "fail" for s in ("local", "kubernetes") for c in doc[s]["checks"])
-    human = await cli("doctor", *state, "--skip-kubernetes", within=120)
+    human = await cli("doctor", *state, "--skip-kubernetes")
     assert "no network" in human.stdout and "probe:" in human.stdout and "limits enforced by" in human.stdout
 
 
@@ -366,7 +368,7 @@ async def test_doctor_reports_what_this_machine_enforces(state: list[str]) -> No
 async def test_doctor_fails_where_there_is_no_isolation(state: list[str]) -> None:
     """The probes are real: without isolation they see the network, the secrets and the host."""
     with pytest.warns(RuntimeWarning, match="NOT isolated"):  # said once, as a backend without isolation is made
-        r = await cli("doctor", *state, "--isolation", "none", "--skip-kubernetes", "--json", within=120)
+        r = await cli("doctor", *state, "--isolation", "none", "--skip-kubernetes", "--json")
     assert r.code == 1
     local = checks(r.json()["local"])
     assert local["sandbox starts"]["status"] == "ok", local["sandbox starts"]["detail"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from structlog.testing import capture_logs
 
 from cwsandbox_async import Session
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXIT_USAGE = 2
 
 
-def cli(*args: str, within: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, within: float = HANG_GUARD_SECONDS) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CWSANDBOX_")}
     return subprocess.run(
         [sys.executable, "-m", "cwsandbox_async.cli", *args],

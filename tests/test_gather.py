@@ -21,6 +21,7 @@ import anyio
 import anyio.lowlevel
 import looptime
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async import OutcomeKind
@@ -310,7 +311,9 @@ try:
 except KeyboardInterrupt:
     print("interrupted", log)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "interrupted ['cancelled']"
 
@@ -560,9 +563,9 @@ async def test_wait_on_sandboxes_and_processes() -> None:
         sb = await session.sandbox()
         assert await cwa.wait([sb]) == ([sb], [])
         async with sb.process(["sleep", "0.2"]) as slow, sb.process(["echo", "x"]) as quick:
-            done, pending = await cwa.wait([slow, quick], num_returns=1, timeout=10)
+            done, pending = await cwa.wait([slow, quick], num_returns=1, timeout=HANG_GUARD_SECONDS)
             assert done == [quick] and pending == [slow]
-            done, pending = await cwa.wait([slow, quick], timeout=10)
+            done, pending = await cwa.wait([slow, quick], timeout=HANG_GUARD_SECONDS)
             assert set(map(id, done)) == {id(slow), id(quick)} and pending == []
             assert (await slow.wait()).returncode == 0
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 from adversarial.conftest import bwrap_problem, descendants
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
@@ -41,7 +42,7 @@ def open_fds() -> set[int]:
 
 async def settle(threads: int) -> None:
     """asyncio's subprocess watcher threads and anyio's worker threads wind down on their own."""
-    with anyio.move_on_after(10):
+    with anyio.move_on_after(HANG_GUARD_SECONDS):
         while threading.active_count() > threads:  # noqa: ASYNC110 - threads offer no event
             await anyio.sleep(0.05)
 
@@ -55,9 +56,9 @@ async def run_load(tag: str, n: int) -> tuple[list[cwa.Outcome[str]], float, dic
             async def run() -> str:
                 sb = boxes[i % SANDBOXES]
                 if i % 10 == 0:  # one in ten through the warm-interpreter fast path
-                    r = await sb.run_python(f"print({i})", timeout_seconds=120)
+                    r = await sb.run_python(f"print({i})", timeout_seconds=HANG_GUARD_SECONDS)
                 else:
-                    r = await sb.exec(["echo", str(i)], timeout_seconds=120)
+                    r = await sb.exec(["echo", str(i)], timeout_seconds=HANG_GUARD_SECONDS)
                 return r.stdout
 
             return run

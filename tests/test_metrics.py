@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 import structlog
+from guards import HANG_GUARD_SECONDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -362,9 +363,9 @@ def test_events_from_threads_are_never_lost() -> None:
     for t in workers:
         t.start()
     for t in workers:
-        t.join(timeout=60)
+        t.join(timeout=HANG_GUARD_SECONDS)
     done.set()
-    f.join(timeout=60)
+    f.join(timeout=HANG_GUARD_SECONDS)
     assert sum(seen) + m.snapshot().executions == per_thread * threads
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 import anyio
 import pytest
 from adversarial.conftest import bwrap_problem, host_processes_matching
+from guards import HANG_GUARD_SECONDS
 from k8s.conftest import TEST_IMAGE, BackendFactory, k8s_server, make_backend, needs_bwrap, wait_no_pods  # noqa: F401
 from k8s.server import KubeTestServer
 from proctree import descendants
@@ -101,7 +102,7 @@ def any_exists(paths: list[str]) -> bool:
     return any(os.path.exists(p) for p in paths)
 
 
-async def eventually(predicate: Callable[[], bool], within: float) -> None:
+async def eventually(predicate: Callable[[], bool], within: float = HANG_GUARD_SECONDS) -> None:
     """Poll another process's state (there is no event to wait on) until ``predicate`` holds."""
     with anyio.fail_after(within):
         while not predicate():  # noqa: ASYNC110
@@ -119,11 +120,11 @@ async def run_and_kill(argv: list[str], ready_marker: str | None) -> int:
     )
     try:
         assert proc.stdout is not None
-        with anyio.fail_after(90):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             line = await proc.stdout.readline()
             assert line == b"running\n", f"the driver did not start: {line!r}"
         if ready_marker:
-            await eventually(lambda: bool(host_processes_matching(ready_marker.encode())), 60)
+            await eventually(lambda: bool(host_processes_matching(ready_marker.encode())))
         await anyio.sleep(random.uniform(0.0, 0.3))  # land the kill at an arbitrary point of the churn
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -175,7 +176,7 @@ async def test_without_isolation_the_sweep_cleans_up_after_a_sigkilled_driver() 
     assert entries_of(tag) == []
     assert not any_exists(workspaces)
     if CgroupManager().available:  # the cgroup is what still holds the orphaned commands
-        await eventually(lambda: not host_processes_matching(f"sleep {marker}".encode()), 5)
+        await eventually(lambda: not host_processes_matching(f"sleep {marker}".encode()))
     else:  # nothing can find them: clean up what this test started, and say so
         for pid in host_processes_matching(f"sleep {marker}".encode()):
             os.kill(pid, signal.SIGKILL)
@@ -197,7 +198,7 @@ async def test_a_forgotten_live_sandbox_is_found_and_swept_by_age() -> None:
             assert await s.sweep(older_than_seconds=3600) == []  # too young for that sweep
             assert await s.sweep(older_than_seconds=0.001) == [spec.sandbox_id]
             assert await s.list() == []
-        await eventually(lambda: not pid_alive(pid, None), 5)
+        await eventually(lambda: not pid_alive(pid, None))
     finally:
         await forgetful.aclose()
 
@@ -241,7 +242,7 @@ async def test_a_create_cancelled_at_any_moment_leaves_no_process() -> None:
             box = backend._boxes.get(spec.sandbox_id)
             if box is not None and box.host_uid not in (None, 0, os.getuid()):
                 uids.add(box.host_uid)
-            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+            with anyio.CancelScope(shield=True), anyio.fail_after(HANG_GUARD_SECONDS):
                 await backend.destroy(spec.sandbox_id)
         await anyio.sleep(2)
         assert processes_naming(ids) == [], "a cancelled create left processes that no registry entry names"
@@ -316,4 +317,4 @@ async def test_pods_of_a_sigkilled_driver_carry_ttl_and_labels_and_are_swept(
         assert sorted(await s.sweep()) == sorted(left)
     await wait_no_pods(k8s_server)
     # ... deleting the pods did.
-    await eventually(lambda: not host_processes_matching(f"sleep {marker}".encode()), 10)
+    await eventually(lambda: not host_processes_matching(f"sleep {marker}".encode()))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async import _log
@@ -96,7 +97,9 @@ def test_import_is_lazy() -> None:
         " 'cwsandbox_async.backends.coreweave', 'grpc', 'cwsandbox') if m in sys.modules]\n"
         "print(heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=HANG_GUARD_SECONDS
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -111,7 +114,9 @@ def test_library_is_quiet_by_default() -> None:
         "        await s.sweep(['none'])\n"
         "anyio.run(main)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=HANG_GUARD_SECONDS
+    )
     assert (out.stdout, out.stderr) == ("", "")
 
 
@@ -136,7 +141,7 @@ def test_wheel_ships_py_typed_and_the_license(tmp_path: Path) -> None:
         cwd=root,
         capture_output=True,
         check=True,
-        timeout=120,
+        timeout=HANG_GUARD_SECONDS,
     )
     (wheel,) = tmp_path.glob("cwsandbox_async-*.whl")
     with zipfile.ZipFile(wheel) as zf:

@@ -14,6 +14,7 @@ import termios
 import time
 
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tqdm") is None, reason="needs the progress extra (tqdm)")
 
@@ -37,7 +38,11 @@ def run(mode: str, seconds: float, *, tty: bool) -> tuple[str, str]:
     """Run PROGRAM with stderr on a pty (a terminal) or a pipe; return (stdout, stderr)."""
     if not tty:
         proc = subprocess.run(
-            [sys.executable, "-c", PROGRAM, mode, str(seconds)], capture_output=True, text=True, timeout=60, check=True
+            [sys.executable, "-c", PROGRAM, mode, str(seconds)],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_SECONDS,
+            check=True,
         )
         return proc.stdout, proc.stderr
     master, slave = pty.openpty()
@@ -48,7 +53,7 @@ def run(mode: str, seconds: float, *, tty: bool) -> tuple[str, str]:
         )
         os.close(slave)
         chunks: list[bytes] = []
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.1)
             if ready:
@@ -61,7 +66,7 @@ def run(mode: str, seconds: float, *, tty: bool) -> tuple[str, str]:
                 chunks.append(data)
             elif child.poll() is not None:
                 break
-        out, _ = child.communicate(timeout=30)
+        out, _ = child.communicate(timeout=HANG_GUARD_SECONDS)
         assert child.returncode == 0
         return out, b"".join(chunks).decode(errors="replace")
     finally:

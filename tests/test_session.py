@@ -9,6 +9,7 @@ import anyio
 import looptime
 import pytest
 import structlog
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
@@ -126,7 +127,7 @@ async def test_hung_exec_hits_the_client_deadline() -> None:
 async def test_hung_create_hits_its_deadline_and_leaves_nothing() -> None:
     backend = FakeBackend(faults=Faults(create_hang=1.0))
     async with session(backend, create_timeout_seconds=0.2) as s:
-        with anyio.fail_after(5), pytest.raises(cwa.SandboxTimeoutError):
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxTimeoutError):
             await s.sandbox()
         assert backend.live == 0
         assert s.sandboxes == []

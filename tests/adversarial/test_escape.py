@@ -70,11 +70,11 @@ async def test_the_outside_network_is_unreachable_at_once(tag: str) -> None:
     """No route at all: connecting out fails immediately with ENETUNREACH (nothing ever leaves the host)."""
     async with arena(tag) as a:
         for family, host in (("tcp", "1.1.1.1"), ("udp", "1.1.1.1"), ("tcp", "10.0.0.1"), ("udp", "8.8.8.8")):
-            r = await a.victim.exec(["python3", "-c", CONNECT, family, host, "53"], timeout_seconds=20)
+            r = await a.victim.exec(["python3", "-c", CONNECT, family, host, "53"], timeout_seconds=HANG_GUARD_SECONDS)
             verdict, errno, seconds = r.stdout.split()
             assert verdict == "blocked" and int(errno) == ENETUNREACH, (family, host, r.stdout)
             assert float(seconds) < 0.5
-        r = await a.victim.exec("getent hosts example.com; echo rc=$?", timeout_seconds=20)
+        r = await a.victim.exec("getent hosts example.com; echo rc=$?", timeout_seconds=HANG_GUARD_SECONDS)
         assert "rc=0" not in r.stdout
 
 
@@ -85,12 +85,16 @@ async def test_the_hosts_own_addresses_are_unreachable(tag: str) -> None:
         pytest.skip("this host has no non-loopback IPv4 address")
     async with arena(tag) as a:
         with listener(addresses[0]) as port:
-            r = await a.victim.exec(["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=20)
+            r = await a.victim.exec(
+                ["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=HANG_GUARD_SECONDS
+            )
             assert r.stdout.startswith("blocked"), r
             # The control: with network=True the same program connects (a local connection), so the
             # check above can fail.
             open_box = await a.session.sandbox(network=True)
-            r = await open_box.exec(["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=20)
+            r = await open_box.exec(
+                ["python3", "-c", CONNECT, "tcp", addresses[0], str(port)], timeout_seconds=HANG_GUARD_SECONDS
+            )
             assert r.stdout.strip() == "connected", r
 
 
@@ -222,7 +226,7 @@ async def test_path_tricks_in_the_file_api(tag: str, monkeypatch: pytest.MonkeyP
             "&& ln -s /dev/zero zero && ln -s /proc/self/environ environ && ln -s /etc etc "
             "&& head -c 2000000 /dev/zero > big"
         )
-        with anyio.fail_after(15):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             for path in ("/workspace/shadow", "/workspace/loop1", "/workspace/zero", "/etc/shadow"):
                 with pytest.raises(cwa.SandboxFileError):
                     await sb.read_file(path)
@@ -249,8 +253,8 @@ async def test_write_file_onto_a_fifo_is_a_typed_error_and_the_sandbox_keeps_wor
         # the call before its (long) timeout, which the hang guard is shorter than.
         with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxFileError):
             await a.victim.write_file("/workspace/solution.py", b"print('hi')", timeout_seconds=10 * HANG_GUARD_SECONDS)
-        with anyio.fail_after(10):
-            assert (await a.victim.exec(["echo", "alive"], timeout_seconds=5)).stdout == "alive\n"
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            assert (await a.victim.exec(["echo", "alive"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "alive\n"
             with pytest.raises(cwa.SandboxFileError):
                 await a.victim.read_file("/workspace/solution.py")
 
@@ -262,6 +266,6 @@ async def test_write_file_cannot_be_redirected_into_the_agents_channel(tag: str)
     async with arena(tag, backend_options={"host_uid": None}) as a:
         await a.victim.exec(["ln", "-s", "/proc/self/fd/1", "/workspace/solution.py"])
         completion = b"\x00\x00\x00\x07\x12\x00\x00\x00\x02{}"  # what a forged frame looks like
-        with anyio.fail_after(20), pytest.raises(cwa.SandboxFileError):
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxFileError):
             await a.victim.write_file("/workspace/solution.py", completion)
-        assert (await a.victim.exec(["echo", "alive"], timeout_seconds=5)).stdout == "alive\n"
+        assert (await a.victim.exec(["echo", "alive"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "alive\n"

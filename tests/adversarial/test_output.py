@@ -62,8 +62,8 @@ async def test_streaming_a_flood_is_capped_too(tag: str) -> None:
     cap = 1 << 20
     async with arena(tag) as a:
         received = 0
-        with anyio.fail_after(30):
-            async with a.victim.process(["yes"], max_output_bytes=cap, timeout_seconds=60) as p:
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            async with a.victim.process(["yes"], max_output_bytes=cap, timeout_seconds=HANG_GUARD_SECONDS) as p:
                 async for chunk in p.stdout:
                     received += len(chunk)
                 r = await p.wait()
@@ -73,8 +73,8 @@ async def test_streaming_a_flood_is_capped_too(tag: str) -> None:
 async def test_an_invalid_utf8_flood_arrives_byte_exact(tag: str) -> None:
     size = 8 << 20
     async with arena(tag) as a:
-        with anyio.fail_after(30):
-            r = await a.victim.exec(f"head -c {size} /dev/urandom | tee /tmp/sent", timeout_seconds=30)
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            r = await a.victim.exec(f"head -c {size} /dev/urandom | tee /tmp/sent", timeout_seconds=HANG_GUARD_SECONDS)
             digest = (await a.victim.exec(["sha256sum", "/tmp/sent"])).stdout.split()[0]
         assert not r.truncated and len(r.stdout_bytes) == size
         assert hashlib.sha256(r.stdout_bytes).hexdigest() == digest
@@ -114,8 +114,8 @@ async def test_nul_bytes_pass_through_data_and_are_refused_in_names(tag: str) ->
 async def test_huge_stdin_arrives_whole(tag: str) -> None:
     data = os.urandom(1 << 20) * 64  # 64 MiB
     async with arena(tag) as a:
-        with anyio.fail_after(60):
-            r = await a.victim.exec(["sha256sum"], stdin=data, timeout_seconds=60)
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            r = await a.victim.exec(["sha256sum"], stdin=data, timeout_seconds=HANG_GUARD_SECONDS)
             r2 = await a.victim.run_python(
                 "import sys, hashlib; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())", stdin=data
             )

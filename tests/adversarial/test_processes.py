@@ -122,9 +122,9 @@ async def test_a_daemon_started_from_the_warm_interpreter_does_not_outlive_its_e
     """The run_python fast path forks the agent's interpreter; its daemons die with the exec like exec's do."""
     mark = marker()
     async with arena(tag) as a:
-        with anyio.fail_after(10):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             r = await a.victim.run_python(
-                f"import sys\nsys.argv[1:] = [{mark!r}, {fds!r}]\n" + DAEMON, timeout_seconds=30
+                f"import sys\nsys.argv[1:] = [{mark!r}, {fds!r}]\n" + DAEMON, timeout_seconds=HANG_GUARD_SECONDS
             )
         assert r.stdout == "spawned\n" and r.returncode == 0
         assert not await inside(a.victim, f"sleep {mark}")
@@ -181,16 +181,18 @@ async def test_killing_everything_reachable_from_inside_gives_clear_results(tag:
         r = await a.victim.exec("for s in STOP TERM INT HUP SEGV USR1 CHLD KILL; do kill -$s 1; done; echo sent")
         assert r.stdout == "sent\n"
         # Its parent is that PID 1 (the process enforcing its timeout): the kill is dropped too.
-        with anyio.fail_after(10):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             r = await a.victim.exec("kill -9 $PPID; echo reached")
         assert (r.returncode, r.stdout) == (0, "reached\n")
         # Everything it may signal, while another exec runs in the same sandbox: both end with a result.
         results: dict[str, cwa.ExecResult] = {}
 
         async def bystander() -> None:
-            results["bystander"] = await a.victim.exec("echo started; sleep 3; echo survived", timeout_seconds=30)
+            results["bystander"] = await a.victim.exec(
+                "echo started; sleep 3; echo survived", timeout_seconds=HANG_GUARD_SECONDS
+            )
 
-        with anyio.fail_after(10):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(bystander)
                 await anyio.sleep(0.5)
@@ -263,7 +265,9 @@ async def test_commands_cannot_write_into_the_agents_channel(tag: str) -> None:
     not root: then the agent's pipes belong to the sandbox user. A command writing into the agent's
     stdout could inject protocol frames (forged exit codes) or break the channel."""
     async with arena(tag, backend_options={"host_uid": None}) as a:
-        with anyio.fail_after(15):
-            r = await a.victim.exec("printf 'not a frame, not at all' > /proc/1/fd/1; echo rc=$?", timeout_seconds=5)
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            r = await a.victim.exec(
+                "printf 'not a frame, not at all' > /proc/1/fd/1; echo rc=$?", timeout_seconds=HANG_GUARD_SECONDS
+            )
         assert "rc=0" not in r.stdout
         assert (await a.victim.exec(["echo", "alive"])).stdout == "alive\n"

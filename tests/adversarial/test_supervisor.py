@@ -15,7 +15,7 @@ import time
 
 import anyio
 import pytest
-from guards import HANG_GUARD_SECONDS
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.integrations.trl import VerdictKind, code_reward
@@ -82,14 +82,14 @@ async def test_no_command_can_change_the_supervisor(tag: str, how: str) -> None:
         pid = a.host_pid(a.victim)
         before = supervisor_state(pid)
         if how == "exec":
-            r = await a.victim.exec(["python3", "-I", "-c", ATTACKS], timeout_seconds=30)
+            r = await a.victim.exec(["python3", "-I", "-c", ATTACKS], timeout_seconds=HANG_GUARD_SECONDS)
         else:
-            r = await a.victim.run_python(ATTACKS, timeout_seconds=30)
+            r = await a.victim.run_python(ATTACKS, timeout_seconds=HANG_GUARD_SECONDS)
         assert r.returncode == 0, r.stderr
         results = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
         assert results and all(v == "EPERM" for v in results.values()), results
         assert supervisor_state(pid) == before
-        assert (await a.victim.exec(["echo", "still"], timeout_seconds=10)).stdout == "still\n"
+        assert (await a.victim.exec(["echo", "still"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "still\n"
 
 
 async def test_a_command_still_sets_its_own_limits_priority_and_cpus(tag: str) -> None:
@@ -104,7 +104,7 @@ async def test_a_command_still_sets_its_own_limits_priority_and_cpus(tag: str) -
         " len(os.sched_getaffinity(0)), resource.prlimit(1, resource.RLIMIT_NOFILE)[0] > 64)\n"
     )
     async with arena(tag) as a:
-        r = await a.victim.run_python(own, timeout_seconds=30)
+        r = await a.victim.run_python(own, timeout_seconds=HANG_GUARD_SECONDS)
         assert (r.returncode, r.stdout) == (0, "64 3 1 True\n"), r.stderr
 
 
@@ -120,11 +120,11 @@ async def test_a_lease_after_an_attack_gets_the_supervisor_as_born(tag: str) -> 
     async with session as s, cwa.SandboxPool(s, size=1, max_size=1, reuse=True) as pool:
         async with pool.lease() as sb:
             first_id = sb.sandbox_id
-            first = (await sb.run_python(probe, timeout_seconds=30)).stdout
-            await sb.run_python(ATTACKS, timeout_seconds=30)
+            first = (await sb.run_python(probe, timeout_seconds=HANG_GUARD_SECONDS)).stdout
+            await sb.run_python(ATTACKS, timeout_seconds=HANG_GUARD_SECONDS)
         async with pool.lease() as sb:
             assert sb.sandbox_id == first_id
-            assert (await sb.run_python(probe, timeout_seconds=30)).stdout == first
+            assert (await sb.run_python(probe, timeout_seconds=HANG_GUARD_SECONDS)).stdout == first
 
 
 ONE_LINER = (
@@ -170,7 +170,7 @@ async def test_attacks_on_the_supervisor_score_zero_not_none() -> None:
     """Through ``code_reward`` against ``assert solve() == 42``: 0.0 for each, never None (not scored)."""
     reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=20, verbose=False)
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(
                 completions=[f"<answer>\n{code}</answer>" for code in SUPERVISOR_ATTACKS.values()],
                 tests=["assert solve() == 42\n"] * len(SUPERVISOR_ATTACKS),
@@ -184,7 +184,7 @@ async def test_forged_starvation_scores_zero_not_none() -> None:
     """The issue's forge (32 pinned processes waking every 10 ms) times out: 0.0, never None, at any load."""
     reward = code_reward(tests_column="tests", pool_size=0, timeout_seconds=3, verbose=False)
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(
                 completions=[f"<answer>\ndef solve(): return 41\n{FORGED_STARVATION}</answer>"],
                 tests=["assert solve() == 42\n"],
@@ -234,7 +234,7 @@ async def test_a_supervisor_that_cannot_read_proc_kills_everything_at_the_timeou
         async with anyio.create_task_group() as tg:
 
             async def lower_when_started() -> None:
-                with anyio.fail_after(20):
+                with anyio.fail_after(HANG_GUARD_SECONDS):
                     while len(host_processes_matching(f"sleep {mark}".encode())) < 2:  # noqa: ASYNC110
                         await anyio.sleep(0.02)  # (a poll of the host's process table: nothing to wait on)
                 resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, hard))
@@ -247,7 +247,7 @@ async def test_a_supervisor_that_cannot_read_proc_kills_everything_at_the_timeou
             assert host_processes_matching(f"sleep {mark}".encode()) == []
         finally:
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
-        assert (await a.victim.exec(["echo", "after"], timeout_seconds=10)).stdout == "after\n"
+        assert (await a.victim.exec(["echo", "after"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "after\n"
 
 
 @pytest.mark.parametrize("how", ["exits", "killed"])
@@ -268,14 +268,14 @@ async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str,
                     os.kill(pid, 9)
 
             tg.start_soon(strike)
-            with anyio.fail_after(30), pytest.raises(cwa.SandboxNotRunningError) as info:
-                await a.victim.exec(["sleep", "20"], timeout_seconds=25)
+            with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxNotRunningError) as info:
+                await a.victim.exec(["sleep", str(LONG_SECONDS)], timeout_seconds=LONG_SECONDS)
         want = how == "killed"
         assert info.value.infrastructure is want, info.value
         assert ("killed by signal 9" if want else "exited with status") in str(info.value)
         for _ in range(2):
             with pytest.raises(cwa.SandboxNotRunningError) as later:
-                await a.victim.exec(["true"], timeout_seconds=5)
+                await a.victim.exec(["true"], timeout_seconds=HANG_GUARD_SECONDS)
             assert later.value.infrastructure is want, later.value
 
 
@@ -305,7 +305,7 @@ async def test_a_cpu_budget_counts_children_nobody_reaped(tag: str, where: str) 
     defaults = {"resources": cwa.Resources(cpu_seconds=1)} if where == "resources" else {}
     async with arena(tag, **defaults) as a:
         options = {"cpu_seconds": 1.0} if where == "request" else {}
-        r = await a.victim.run_python(UNREAPED, timeout_seconds=60, **options)
+        r = await a.victim.run_python(UNREAPED, timeout_seconds=HANG_GUARD_SECONDS, **options)
         assert r.cpu_exceeded and r.cpu_seconds >= 1.0, r
 
 
@@ -332,7 +332,7 @@ async def test_no_command_can_lower_its_oom_score(tag: str) -> None:
     )
     async with arena(tag) as a:
         for run in (a.victim.run_python, lambda src, **kw: a.victim.exec(["python3", "-I", "-c", src], **kw)):
-            r = await run(lower, timeout_seconds=30)
+            r = await run(lower, timeout_seconds=HANG_GUARD_SECONDS)
             lines = r.stdout.splitlines()
             assert r.returncode == 0 and lines[-1] == "1000", r
             assert not any(line.endswith("lowered") for line in lines), r
@@ -374,7 +374,7 @@ async def test_a_sandbox_cannot_exhaust_the_drivers_or_a_neighbours_per_user_lim
     holding all it may still leaves the driver and the canary sandbox theirs."""
     async with (
         arena(tag) as a,
-        a.victim.process(["python3", "-I", "-c", HOG_INOTIFY], timeout_seconds=60) as hog,
+        a.victim.process(["python3", "-I", "-c", HOG_INOTIFY], timeout_seconds=HANG_GUARD_SECONDS) as hog,
     ):
         async for chunk in hog.stdout:
             held = int(chunk)
@@ -396,14 +396,18 @@ async def test_a_module_planted_in_the_working_directory_is_not_imported_by_run_
     async with arena(tag) as a:
         for name in ("json", "colorsys"):
             await a.victim.write_file(f"/workspace/{name}.py", b"print('planted')\n")
-        r = await a.victim.run_python("import colorsys, json\nprint(json.dumps([1]))", timeout_seconds=30)
+        r = await a.victim.run_python(
+            "import colorsys, json\nprint(json.dumps([1]))", timeout_seconds=HANG_GUARD_SECONDS
+        )
         assert (r.returncode, r.stdout) == (0, "[1]\n"), r
         r = await a.victim.run_python(
             "import subprocess\nsubprocess.run(['python3', '-c', 'import json; print(json.dumps(2))'])",
-            timeout_seconds=30,
+            timeout_seconds=HANG_GUARD_SECONDS,
         )
         assert r.stdout == "2\n", r
-        asked = await a.victim.run_python("import colorsys", timeout_seconds=30, env={"PYTHONSAFEPATH": ""})
+        asked = await a.victim.run_python(
+            "import colorsys", timeout_seconds=HANG_GUARD_SECONDS, env={"PYTHONSAFEPATH": ""}
+        )
         assert asked.stdout == "planted\n", asked
 
 
@@ -467,7 +471,7 @@ async def test_a_cpu_crowd_cannot_make_the_supervisor_report_late(tag: str) -> N
         return time.monotonic() - t0 - 3, info.value, machine_busy_seconds() - busy0
 
     async with session as s:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             sb = await s.sandbox()
         baseline, _, _ = await lateness("while True:\n    pass\n")
         for _ in range(2):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from .build import locate
 from .cluster import Cluster, ClusterStartError, _alive, descendants
@@ -45,7 +46,7 @@ def test_stop_leaves_no_process_port_or_directory() -> None:
                      "containers": [{"name": "main", "image": "x", "command": ["sleep", "3600"]}]},
         }  # fmt: skip
         c.kubectl("create", "-f", "-", input=json.dumps(pod), check=True)
-        end = time.monotonic() + 60
+        end = time.monotonic() + HANG_GUARD_SECONDS
         while c.kubectl("get", "pod", "left", "-o", "jsonpath={.status.phase}").stdout != "Running":
             assert time.monotonic() < end, "the pod did not run"
             time.sleep(0.2)
@@ -97,7 +98,7 @@ def test_the_cluster_dies_with_the_process_that_started_it(tmp_path: Path) -> No
         runner.wait(30)
         if runner.stdout is not None:
             runner.stdout.close()
-    end = time.monotonic() + 30
+    end = time.monotonic() + HANG_GUARD_SECONDS
     while any(_alive(p) for p in pids) and time.monotonic() < end:
         time.sleep(0.1)
     assert [p for p in pids if _alive(p)] == []

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import (
     SandboxBackendUnavailableError,
@@ -38,7 +39,9 @@ def test_import_does_not_load_grpc() -> None:
         "load_backend('coreweave', base_url='http://127.0.0.1:9')\n"
         "print('grpc' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=HANG_GUARD_SECONDS
+    )
     assert out.stdout.split() == ["[]", "True"]
 
 
@@ -175,7 +178,7 @@ async def test_a_fork_beside_a_channel_is_quiet(setting: str | None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
     if setting is not None:
         env["GRPC_ENABLE_FORK_SUPPORT"] = setting
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         proc = await anyio.run_process([sys.executable, "-c", FORKS_WITH_A_CHANNEL], env=env, check=True)
     noisy = b"skipping fork() handlers" in proc.stderr
     assert noisy is (setting == "1"), proc.stderr.decode()

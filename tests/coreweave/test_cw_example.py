@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import anyio
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
@@ -17,7 +18,7 @@ async def test_reward_example_runs_on_coreweave() -> None:
     async with CoreWeaveTestServer(api_key="example-key") as server:
         env = {**os.environ, "CWSANDBOX_BASE_URL": server.url, "CWSANDBOX_API_KEY": "example-key"}
         env.pop("WANDB_API_KEY", None)
-        with anyio.fail_after(100):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             proc = await anyio.run_process([sys.executable, str(EXAMPLE)], env=env, check=False)
         out = proc.stdout.decode()
         assert proc.returncode == 0, proc.stderr.decode()[-3000:]

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import anyio
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
@@ -27,7 +28,7 @@ async def test_unmodified_sdk_runs_its_documented_calls() -> None:
             "CWSANDBOX_API_KEY": "sdk-key",
             "CWSANDBOX_DISABLE_SIGNAL_HANDLERS": "1",
         }
-        with anyio.fail_after(90):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             proc = await anyio.run_process([sys.executable, str(CLIENT)], env=env, check=False)
         assert proc.returncode == 0, proc.stderr.decode()[-4000:]
         out = json.loads(proc.stdout)

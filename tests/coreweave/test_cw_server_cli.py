@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import anyio
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.backends.coreweave import CoreWeaveBackend
 from cwsandbox_async.testing.contract import make_request, make_spec
@@ -27,7 +28,7 @@ async def test_the_start_command_serves_and_stops_cleanly(tmp_path: Path) -> Non
     async with await anyio.open_process(argv, env=env, cwd=tmp_path) as proc:
         try:
             assert proc.stdout is not None and proc.stderr is not None
-            with anyio.fail_after(60):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 first = b""
                 while not first.endswith(b"\n"):
                     first += await proc.stdout.receive(1)
@@ -43,7 +44,7 @@ async def test_the_start_command_serves_and_stops_cleanly(tmp_path: Path) -> Non
             finally:
                 await backend.aclose()
             proc.send_signal(signal.SIGTERM)
-            with anyio.fail_after(60):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 rc = await proc.wait()
             assert rc == 0
         finally:

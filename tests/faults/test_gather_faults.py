@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxDefaults, SandboxNotRunningError, Session, as_completed, gather
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
@@ -74,7 +75,7 @@ async def test_gather_with_fresh_sandboxes_under_seeded_faults(seed: int) -> Non
     tasks0 = tasks_now()
     async with Session(defaults, backend=be, handle_signals=False, timeouts=TIMEOUTS) as s:
         keys = list(range(50))
-        with anyio.fail_after(30):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             outcomes = await gather({i: item(s, i) for i in keys}, limit=12)
         counts = check_outcomes(outcomes, keys)
         assert counts.get("ok", 0) > 0 and counts.get("infra", 0) > 0, counts

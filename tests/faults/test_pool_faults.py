@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import (
     OutcomeKind,
@@ -89,7 +90,7 @@ async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_noth
     )
     tasks0 = tasks_now()
     size = 4
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         async with Session(defaults, backend=be, handle_signals=False, timeouts=TIMEOUTS) as s:
             pool = SandboxPool(
                 s,
@@ -125,10 +126,10 @@ async def test_pool_under_seeded_faults_is_bounded_typed_recovers_and_leaks_noth
 
                 # 3. the platform heals: the pool refills to its target and every rollout succeeds
                 be.faults = Faults()
-                with anyio.fail_after(10):
+                with anyio.fail_after(HANG_GUARD_SECONDS):
                     while True:
                         try:
-                            await pool.wait_ready(timeout_seconds=5)
+                            await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
                             break
                         except SandboxCreationError:  # still cooling down after phase 2
                             await anyio.sleep(0.05)
@@ -176,7 +177,7 @@ async def test_stuck_starts_never_hold_a_lease_past_its_deadline(seed: int) -> N
         )
         async with pool:
             keys = list(range(12))
-            with anyio.fail_after(10):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 outcomes = await gather({i: rollout(pool, i) for i in keys}, limit=6)
             check_outcomes(outcomes, keys)
             assert all(o.kind is OutcomeKind.INFRA for o in outcomes)

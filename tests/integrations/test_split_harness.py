@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.integrations.trl import code_reward
 
@@ -76,7 +77,7 @@ def answer(code: str) -> str:
 async def score(codes: list[str], tests: list[str], **kw: Any) -> tuple[list[float | None], Any]:
     reward = code_reward(tests_column="tests", pool_size=0, verbose=False, timeout_seconds=10, **kw)
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(completions=[answer(c) for c in codes], tests=tests)
     finally:
         await reward.aclose()

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxError, SandboxPool, SandboxValidationError, Session
 from cwsandbox_async.integrations.art import (
@@ -109,32 +110,31 @@ async def test_rollout_releases_on_return_error_deadline_and_cancel() -> None:
         async def ok(sb: Any) -> str:
             return str((await sb.exec(["python3", "-c", "print('hi')"])).stdout.strip())
 
-        assert await sandbox_rollout(pool, ok, timeout_seconds=10) == "hi"
+        assert await sandbox_rollout(pool, ok, timeout_seconds=HANG_GUARD_SECONDS) == "hi"
 
         async def boom(sb: Any) -> None:
             raise KeyError("mine")
 
         with pytest.raises(KeyError):
-            await sandbox_rollout(pool, boom, timeout_seconds=10)
+            await sandbox_rollout(pool, boom, timeout_seconds=HANG_GUARD_SECONDS)
 
         async def forever(sb: Any) -> None:
             await anyio.sleep_forever()
 
-        with anyio.fail_after(10), pytest.raises(RolloutTimeoutError) as info:
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(RolloutTimeoutError) as info:
             await sandbox_rollout(pool, forever, timeout_seconds=0.2)
         assert not info.value.infrastructure
 
         with anyio.move_on_after(0.2):  # an outer cancellation still releases
             await sandbox_rollout(pool, forever, timeout_seconds=60)
 
-        for _ in range(1000):  # the cancelled lease's release runs shielded, in the background of the pool
-            if not (pool.statistics().leased or pool.statistics().destroying):
-                break
-            await anyio.sleep(0.01)
+        with anyio.move_on_after(HANG_GUARD_SECONDS):  # the cancelled lease's release runs shielded, in the background
+            while pool.statistics().leased or pool.statistics().destroying:  # noqa: ASYNC110 - the pool's own state
+                await anyio.sleep(0.01)
         assert pool.statistics().leased == 0
         # a Session works as a source too (a new sandbox, stopped afterwards)
         before = backend.created
-        assert await sandbox_rollout(session, ok, timeout_seconds=10) == "hi"
+        assert await sandbox_rollout(session, ok, timeout_seconds=HANG_GUARD_SECONDS) == "hi"
         assert backend.created == before + 1
         with pytest.raises(SandboxValidationError):
             await sandbox_rollout(object(), ok, timeout_seconds=1)
@@ -153,7 +153,7 @@ def test_integrations_import_no_trainer_packages() -> None:
         "heavy = {'art', 'trl', 'torch', 'transformers', 'datasets', 'openai', 'wandb'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=HANG_GUARD_SECONDS)
 
 
 @pytest.mark.integration
@@ -187,7 +187,7 @@ run.finish()
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_SECONDS
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sync_file = next(line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("SYNC "))

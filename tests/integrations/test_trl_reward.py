@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxError, SandboxValidationError
 from cwsandbox_async.integrations.trl import code_reward, code_reward_sync
@@ -106,7 +107,7 @@ async def test_async_reward_program_timeout_is_zero_and_infra_failure_is_none(
     broken_backend = fake(faults=Faults(exec_transport_error=1.0))
     broken = code_reward(pool_size=0, backend=broken_backend)
     try:
-        with anyio.fail_after(20):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             assert await slow(completions=["<answer>import time; time.sleep(30)</answer>"]) == [0.0]
             assert await broken(completions=["<answer>print(1)</answer>", "nothing"]) == [None, None]
     finally:

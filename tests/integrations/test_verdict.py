@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import (
     ExecResult,
@@ -71,7 +72,7 @@ async def test_code_reward_early_exit_scores_zero_and_correct_scores_one(program
     codes = [RIGHT, WRONG, *EARLY_EXITS.values()]
     reward = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=program_backend)
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(completions=[answer(c) for c in codes], tests=[TESTS] * len(codes))
     finally:
         await reward.aclose()
@@ -82,7 +83,7 @@ async def test_code_reward_without_tests_needs_the_program_to_run_to_its_end(pro
     codes = ["print('done')", "import os\nos._exit(0)\nprint('done')", "import sys\nprint('x')\nsys.exit(0)"]
     reward = code_reward(pool_size=0, verbose=False, backend=program_backend)
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             assert await reward(completions=[answer(c) for c in codes]) == [1.0, 0.0, 0.0]
     finally:
         await reward.aclose()
@@ -98,11 +99,11 @@ def submit(code: str) -> dict[str, Any]:
 
 async def test_submit_solution_early_exit_fails(program_backend: Backend | str) -> None:
     async with Session(backend=program_backend) as session, session.sandbox() as sb:
-        with anyio.fail_after(90):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             good = await run_tool(sb, submit("print('working')\n" + RIGHT), tests=TESTS)
             assert good.passed is True and good.observation == "All tests passed."
             for name, code in EARLY_EXITS.items():
-                res = await run_tool(sb, submit(code), tests=TESTS, timeout_seconds=20)
+                res = await run_tool(sb, submit(code), tests=TESTS, timeout_seconds=HANG_GUARD_SECONDS)
                 assert res.submitted and res.passed is False, name
                 assert res.observation.startswith("Tests failed."), name
                 assert MARKER_PREFIX.decode() not in res.observation or name == "prints a made-up marker", name
@@ -195,7 +196,7 @@ async def test_the_marker_is_nowhere_the_program_can_read(local_sandbox: Any) ->
     await local_sandbox.write_file("/tmp/planted.txt", "PLANTED-IN-A-FILE")
     run = harness_run(SNOOP, TESTS)
     result = await local_sandbox.run_python(
-        run.source, stdin=run.stdin, env={"PLANTED": "PLANTED-IN-THE-ENV"}, timeout_seconds=30
+        run.source, stdin=run.stdin, env={"PLANTED": "PLANTED-IN-THE-ENV"}, timeout_seconds=HANG_GUARD_SECONDS
     )
     assert "searched" in result.stdout and result.returncode == 0, result.stderr
     assert "PLANTED-IN-A-FILE" in result.stdout and "PLANTED-IN-THE-ENV" in result.stdout  # the search works
@@ -209,9 +210,9 @@ async def test_the_verdict_rests_on_the_marker(local_sandbox: Any) -> None:
     run = harness_run(WRONG, TESTS)
     forger = harness_run(f"import os\nos.write(1, b'\\n' + {run.marker!r} + b'\\n')\nos._exit(0)\n", TESTS)
     stdin = forger.stdin.replace(forger.marker, run.marker)  # the forger's program, this run's marker
-    forged = await run_python(local_sandbox, forger.source, stdin=stdin, timeout_seconds=30)
+    forged = await run_python(local_sandbox, forger.source, stdin=stdin, timeout_seconds=HANG_GUARD_SECONDS)
     assert run.passed(forged)
-    honest = await run_python(local_sandbox, run.source, stdin=run.stdin, timeout_seconds=30)
+    honest = await run_python(local_sandbox, run.source, stdin=run.stdin, timeout_seconds=HANG_GUARD_SECONDS)
     assert not run.passed(honest)
 
 
@@ -286,7 +287,7 @@ async def test_sabotage_scores_zero_never_none(local_only: None) -> None:
     """A wrong answer that fills memory or kills what it can reach is scored 0.0, not "not scored"."""
     reward = code_reward(tests_column="tests", pool_size=0, verbose=False, defaults={"resources": {"memory_mib": 256}})
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(completions=[answer(c) for c in SABOTAGE.values()], tests=[TESTS] * len(SABOTAGE))
     finally:
         await reward.aclose()
@@ -333,7 +334,7 @@ async def test_starved_programs_are_not_scored_a_sleeper_is(local_only: None) ->
     # no starved retries: this is the classification itself (the retry is tested in test_reward_verdicts)
     reward = code_reward(pool_size=0, limit=n, timeout_seconds=2.5, verbose=False, starved_retries=0)
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             rewards = await reward(completions=[answer(BUSY + RIGHT)] * n)
     finally:
         await reward.aclose()
@@ -349,7 +350,7 @@ async def test_the_submission_runs_alone(program_backend: Backend | str) -> None
     """A process the episode left running cannot write into the submission's output: it is killed first."""
     async with Session(backend=program_backend) as session, session.sandbox() as sb:
         async with sb.process(["sh", "-c", "echo started; exec sleep 30"]) as leftover:
-            with anyio.fail_after(10):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 if isinstance(program_backend, FakeBackend):  # the fake streams output only at the end
                     while not program_backend.exec_in_flight:  # noqa: ASYNC110 - the fake's own counter
                         await anyio.sleep(0.01)
@@ -395,16 +396,16 @@ async def test_its_own_busy_processes_never_make_a_timeout_starved(local_only: N
         with pytest.raises(SandboxTimeoutError) as info:
             await sb.run_python(source, timeout_seconds=2)
         assert info.value.result is not None
-        own = await sb.exec(["cat", "/tmp/main-cpu"], timeout_seconds=30)
+        own = await sb.exec(["cat", "/tmp/main-cpu"], timeout_seconds=HANG_GUARD_SECONDS)
         return info.value.result, float(own.stdout)
 
     async with Session(backend="local") as session:
         async with session.sandbox() as sb:
             results["daemons"] = await timed_out(sb, DAEMONS)
-            marks = await sb.exec(["sh", "-c", "ls /tmp | grep -c '^daemon-'"], timeout_seconds=30)
+            marks = await sb.exec(["sh", "-c", "ls /tmp | grep -c '^daemon-'"], timeout_seconds=HANG_GUARD_SECONDS)
             assert marks.stdout.strip() == "15", marks
-        async with session.sandbox() as sb, sb.process(["sh", "-c", burners], timeout_seconds=20):
-            with anyio.fail_after(30):
+        async with session.sandbox() as sb, sb.process(["sh", "-c", burners], timeout_seconds=HANG_GUARD_SECONDS):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 count = ["sh", "-c", "pgrep -c -f '^python3 -c while' || true"]
                 while (await sb.exec(count)).stdout.strip() != "15":  # noqa: ASYNC110 - the sandbox's processes
                     await anyio.sleep(0.1)  # 15 busy processes of an earlier exec of this sandbox
@@ -426,7 +427,7 @@ async def test_a_fifo_planted_where_the_driver_reads_is_a_file_error_not_a_broke
     """Reading or replacing a FIFO blocks until its deadline; that must not look like the platform failing."""
     async with Session(backend=program_backend) as session, session.sandbox() as sb:
         assert (await sb.exec(["mkfifo", "/tmp/trap"])).ok
-        with anyio.fail_after(20):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             with pytest.raises(SandboxFileError) as read:
                 await sb.read_file("/tmp/trap", timeout_seconds=10)
             with pytest.raises(SandboxFileError) as write:

@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from guards import HANG_GUARD_SECONDS
+
 __all__ = ["Certs", "make_certs", "server_context"]
 
 OPENSSL = shutil.which("openssl")
@@ -25,7 +27,7 @@ class Certs:
 
 def _run(*args: str, cwd: Path) -> None:
     assert OPENSSL is not None
-    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True, timeout=HANG_GUARD_SECONDS)
 
 
 def _leaf(d: Path, name: str, cn: str, ext: str) -> None:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 
@@ -25,25 +26,28 @@ def _bwrap_works() -> bool:
         return False
     probe = [path, "--unshare-user", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--ro-bind", "/usr", "/usr"]
     probe += ["--proc", "/proc", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib"]
-    probe += ["--symlink", "usr/lib64", "/lib64", "--", "/bin/sleep", "10"]
+    probe += ["--symlink", "usr/lib64", "/lib64", "--", "/bin/sleep", str(LONG_SECONDS)]  # killed below
     try:
         with subprocess.Popen(probe, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as outer:
             try:
                 children = ""
-                for _ in range(1000):  # 10 s: bwrap forks slowly on a loaded machine
+                deadline = time.monotonic() + HANG_GUARD_SECONDS  # bwrap forks slowly on a loaded machine
+                while time.monotonic() < deadline:
                     children = Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().strip()
                     if outer.poll() is not None:
                         break
                     if (
                         children
-                        and Path(f"/proc/{children.split()[0]}/cmdline").read_bytes() == b"/bin/sleep\x0010\x00"
+                        and Path(f"/proc/{children.split()[0]}/cmdline").read_bytes()
+                        == b"/bin/sleep\x00%d\x00" % LONG_SECONDS
                     ):
                         break  # PID 1 is set up (namespaces, mounts) and runs its command
                     time.sleep(0.01)
                 if not children:
                     return False
                 join = ["nsenter", "-t", children.split()[0], "-U", "-m", "-p", "--preserve-credentials", "-r", "-w"]
-                return subprocess.run([*join, "--", "/bin/true"], capture_output=True, timeout=30).returncode == 0
+                joined = subprocess.run([*join, "--", "/bin/true"], capture_output=True, timeout=HANG_GUARD_SECONDS)
+                return joined.returncode == 0
             finally:
                 outer.kill()
     except (OSError, subprocess.TimeoutExpired):
@@ -86,7 +90,7 @@ async def make_backend(k8s_server: KubeTestServer) -> AsyncIterator[BackendFacto
         await backend.aclose()
 
 
-async def wait_no_pods(server: KubeTestServer, within: float = 5.0) -> None:
+async def wait_no_pods(server: KubeTestServer, within: float = HANG_GUARD_SECONDS) -> None:
     """Wait until the server holds no pod at all (deleted pods linger ``termination_delay``)."""
     import anyio
 
@@ -96,7 +100,7 @@ async def wait_no_pods(server: KubeTestServer, within: float = 5.0) -> None:
     assert server.live_pods() == [], "pods left behind"
 
 
-async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
+async def wait_for(predicate: Callable[[], bool], within: float = HANG_GUARD_SECONDS) -> None:
     import anyio
 
     with anyio.move_on_after(within):

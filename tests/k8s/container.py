@@ -22,8 +22,11 @@ import contextlib
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import Any
+
+from guards import HANG_GUARD_SECONDS
 
 __all__ = ["Container", "bwrap_path"]
 
@@ -107,7 +110,8 @@ class Container:
         )
         outer = _pidns(self.proc.pid)
         want = "\0".join(command).encode()
-        for _ in range(1000):  # bwrap forks PID 1 into the new namespace, sets up its mounts, then execs
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while time.monotonic() < deadline:  # bwrap forks PID 1 into the new namespace, sets up its mounts, then execs
             for child in self._children(self.proc.pid):
                 ns = _pidns(child)
                 if ns is not None and ns != outer and self._cmdline(child) == want:

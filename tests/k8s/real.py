@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import yaml
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
 
@@ -109,7 +110,7 @@ class Tenant:
         ]
         return items
 
-    async def wait_no_pods(self, within: float = 60.0) -> None:
+    async def wait_no_pods(self, within: float = HANG_GUARD_SECONDS) -> None:
         """Until the namespace holds no pod at all (a deleted pod stays until its node confirms)."""
         left: list[str] = []
         with anyio.move_on_after(within):

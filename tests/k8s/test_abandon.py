@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxTransportError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
@@ -30,7 +31,7 @@ pytestmark = needs_bwrap
 async def pod(k8s_server: KubeTestServer) -> AsyncIterator[tuple[KubernetesBackend, str]]:
     backend = KubernetesBackend(server=k8s_server.url, image=TEST_IMAGE, kill_grace_seconds=0.5, exec_slack_seconds=1)
     spec = make_spec("abandon")
-    with anyio.fail_after(20):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         await backend.create(spec)
     yield backend, spec.sandbox_id
     await backend.destroy(spec.sandbox_id)
@@ -45,9 +46,9 @@ async def no_process_left(server: KubeTestServer, sid: str, backend: KubernetesB
     """The backend's background kill of what it abandoned has ended (however long a busy machine made
     it take; the bound only catches a hang), and then nothing is left but what the kernel still reaps."""
     assert backend._cleanup is not None
-    with anyio.fail_after(120):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         await backend._cleanup.settle(sid)
-    await wait_for(lambda: left(server, sid) == [], within=10)
+    await wait_for(lambda: left(server, sid) == [])
 
 
 async def test_closing_the_socket_alone_does_not_stop_a_command(
@@ -92,7 +93,7 @@ async def test_output_cut_at_the_cap_kills_the_writer(
     k8s_server: KubeTestServer, pod: tuple[KubernetesBackend, str]
 ) -> None:
     backend, sid = pod
-    with anyio.fail_after(30):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         r = await backend.exec(sid, make_request("yes", max_output=4096))
     assert r.truncated and len(r.stdout) == 4096
     await no_process_left(k8s_server, sid, backend)
@@ -104,7 +105,7 @@ async def test_a_timeout_reaches_processes_outside_the_commands_group(
     backend, sid = pod
     # a child in a process group of its own, holding stdout: ``timeout`` does not signal it
     script = "python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(300)' & sleep 300"
-    with anyio.fail_after(30):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         r = await backend.exec(sid, make_request("/bin/sh", "-c", script, timeout=1))
     assert r.timed_out
     await no_process_left(k8s_server, sid, backend)
@@ -233,7 +234,7 @@ async def test_a_command_whose_session_id_never_arrived_is_killed_by_its_wrapper
     async with aiohttp.ClientSession() as http:
         ws = await http.ws_connect(url, params=params, protocols=("v5.channel.k8s.io",))
         await ws.send_bytes(b"\x00" + GO)
-        await wait_for(lambda: "sleep 67" in left(k8s_server, sid), within=30)
+        await wait_for(lambda: "sleep 67" in left(k8s_server, sid))
         await ws.close()  # nothing read: no session id
         await backend._runner._finish(sid, Abandoned(ws, SessionHeader(), "broken", token))
     await no_process_left(k8s_server, sid, backend)

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxCreationError, SandboxValidationError
 from cwsandbox_async.backends.kubernetes._inventory import pods_path
@@ -115,7 +116,7 @@ async def test_create_is_retried_until_the_namespaces_service_account_exists(rea
                 spec = make_spec("no-sa", create_timeout_seconds=60)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(backend.create, spec)
-                    with anyio.fail_after(30):
+                    with anyio.fail_after(HANG_GUARD_SECONDS):
                         while backend.client.statuses[403] < 2:  # noqa: ASYNC110 - waiting for the refusals
                             await anyio.sleep(0.05)
                     os.kill(kcm, signal.SIGCONT)  # the serviceaccounts controller recreates "default"

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from kubernetes import client as k8s
 from kubernetes import config, watch
 from kubernetes.client.rest import ApiException
@@ -29,7 +30,7 @@ RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}  # the test se
 
 
 async def call(fn: Callable[[], T]) -> T:
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         return await anyio.to_thread.run_sync(fn)
 
 
@@ -47,7 +48,7 @@ async def api(real_cluster: Any) -> AsyncIterator[k8s.CoreV1Api]:
 
 
 async def running(api: k8s.CoreV1Api, ns: str, name: str) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         while (await call(lambda: api.read_namespaced_pod(name, ns))).status.phase != "Running":  # noqa: ASYNC110
             await anyio.sleep(0.2)
 
@@ -164,7 +165,7 @@ async def test_exec_with_stdin_and_an_exit_code(ns: Tenant, api: k8s.CoreV1Api) 
     assert (out, err, code) == ("hello from the official client\n", "err\n", 3)
     assert protocol == "v5.channel.k8s.io"
     await call(lambda: ns.cluster.fault(n, "p-x", "evict"))
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         while (await call(lambda: api.read_namespaced_pod("p-x", n))).status.phase != "Failed":  # noqa: ASYNC110
             await anyio.sleep(0.2)
     await call(lambda: api.delete_namespaced_pod("p-x", n, grace_period_seconds=0))

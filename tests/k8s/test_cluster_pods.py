@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxNotRunningError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
@@ -61,12 +62,12 @@ async def test_bookmarks_carry_changes_the_selector_hides_and_the_watch_renews(
     watches, bookmarks = watch.watches, watch.bookmarks
     async with anyio.create_task_group() as tg:
         tg.start_soon(churn)
-        with anyio.move_on_after(60):
+        with anyio.move_on_after(HANG_GUARD_SECONDS):
             while watch.bookmarks < bookmarks + 2 or watch.watches < watches + 2:  # noqa: ASYNC110
                 await anyio.sleep(0.2)
         tg.cancel_scope.cancel()
     seen = (watch.watches - watches, watch.bookmarks - bookmarks, watch.relists)
-    assert seen[0] >= 2 and seen[1] >= 2, f"in 60 s: watches, bookmarks, relists = {seen}"
+    assert seen[0] >= 2 and seen[1] >= 2, f"in {HANG_GUARD_SECONDS} s: watches, bookmarks, relists = {seen}"
     assert watch.relists == 1  # resumed from the bookmark's resourceVersion each time, never relisted
     assert "other" not in watch.pods  # the selector hid it
     assert (await backend.exec(sid, make_request("true"))).returncode == 0
@@ -86,7 +87,7 @@ async def test_abandoned_execs_leave_no_process_in_the_pod(pod: tuple[Tenant, Ku
     assert r.timed_out
     markers = ("sleep 601", "yes", "sleep 602", "time.sleep(603)")
     left: list[str] = []
-    with anyio.move_on_after(60):
+    with anyio.move_on_after(HANG_GUARD_SECONDS):
         while True:
             left = [p for p in await t.processes(sid) if any(m in p for m in markers)]
             if not left:
@@ -103,7 +104,7 @@ async def _die_mid_exec(t: Tenant, backend: KubernetesBackend, sid: str, fault: 
 
     result: Any = None
     error: SandboxNotRunningError | None = None
-    with anyio.fail_after(120):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         async with anyio.create_task_group() as tg:
             tg.start_soon(soon)
             try:
@@ -144,7 +145,7 @@ async def test_one_watch_stream_per_backend_however_many_pods(real_cluster: Any)
 
     async def until(want: int) -> int:
         seen = -1
-        with anyio.move_on_after(30):
+        with anyio.move_on_after(HANG_GUARD_SECONDS):
             while (seen := await open_watches()) != want:  # noqa: ASYNC110
                 await anyio.sleep(0.5)
         return seen
@@ -180,7 +181,7 @@ async def test_a_watch_from_a_resource_version_too_old_is_410_inside_a_200_and_t
     assert (event["object"]["kind"], event["object"]["code"], event["object"]["reason"]) == ("Status", 410, "Expired")
     watch = backend.watch
     assert watch is not None
-    with pytest.raises(_Gone), anyio.fail_after(30):
+    with pytest.raises(_Gone), anyio.fail_after(HANG_GUARD_SECONDS):
         await watch._watch_once("1")  # the backend's own request, on the backend's credentials
     relists = watch.relists
     assert (await backend.exec(sid, make_request("true"))).returncode == 0  # the shared watch is unharmed

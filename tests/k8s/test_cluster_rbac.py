@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxError
 from cwsandbox_async.testing.contract import make_request, make_spec
@@ -64,7 +65,7 @@ async def test_each_verb_of_the_role_is_needed_and_its_absence_is_named(
     real_cluster: Any, resource: str, verb: str
 ) -> None:
     async with tenant(real_cluster, rbac=lambda ns: without(docs_rbac(ns), resource, verb)) as t:
-        with anyio.fail_after(90), pytest.raises(SandboxError) as info:
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(SandboxError) as info:
             await _scenario(t, resource, verb)
         message = str(info.value)
         if resource == "pods/exec":

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxBackendUnavailableError, SandboxError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend, KubernetesOptions
@@ -218,7 +219,7 @@ async def test_tls_with_ca_data_rest_and_exec(certs: Certs, tmp_path: Path, no_e
         )
         async with backend_for(kubeconfig=str(path)) as backend:
             spec = make_spec("tls")
-            with anyio.fail_after(20):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 await backend.create(spec)
                 r = await backend.exec(spec.sandbox_id, make_request("echo", "over tls"))
             assert r.stdout == b"over tls\n"
@@ -237,7 +238,7 @@ async def test_tls_server_name_and_client_certificates(dns_only_certs: Certs, tm
         path = kubeconfig(tmp_path / "config", server.url, user, cluster=cluster)
         async with backend_for(kubeconfig=str(path)) as backend:
             spec = make_spec("mtls")
-            with anyio.fail_after(20):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 await backend.create(spec)
                 r = await backend.exec(spec.sandbox_id, make_request("echo", "mtls"))
             assert r.stdout == b"mtls\n"
@@ -315,7 +316,7 @@ async def test_proxy_url_carries_rest_and_exec(certs: Certs, tmp_path: Path, no_
         path = kubeconfig(tmp_path / "config", server.url, {"token": "x"}, cluster=cluster)
         async with backend_for(kubeconfig=str(path)) as backend:
             spec = make_spec("proxy")
-            with anyio.fail_after(20):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 await backend.create(spec)
                 r = await backend.exec(spec.sandbox_id, make_request("echo", "via proxy"))
             assert r.stdout == b"via proxy\n"

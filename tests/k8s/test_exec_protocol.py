@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxNotRunningError, SandboxValidationError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
@@ -34,7 +35,7 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[KubeTestServer
 async def sandbox(server: KubeTestServer) -> AsyncIterator[tuple[KubernetesBackend, str]]:
     backend = KubernetesBackend(server=server.url, image=TEST_IMAGE)
     spec = make_spec("proto")
-    with anyio.fail_after(20):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         await backend.create(spec)
     yield backend, spec.sandbox_id
     await backend.destroy(spec.sandbox_id)
@@ -43,7 +44,7 @@ async def sandbox(server: KubeTestServer) -> AsyncIterator[tuple[KubernetesBacke
 
 async def run(sb: tuple[KubernetesBackend, str], *argv: str, **kw: Any) -> Any:
     backend, sid = sb
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         return await backend.exec(sid, make_request(*argv, **kw))
 
 
@@ -95,7 +96,7 @@ async def test_output_streams_while_the_command_runs(sandbox: tuple[KubernetesBa
         seen.append((time.monotonic(), stream, data))
 
     start = time.monotonic()
-    with anyio.fail_after(30):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         r = await backend.exec(sid, make_request("/bin/sh", "-c", "echo first; sleep 1; echo second >&2"), on_output)
     end = time.monotonic()
     assert seen[0][1:] == ("stdout", b"first\n") and seen[0][0] < end - 0.5 and seen[0][0] > start
@@ -170,7 +171,7 @@ async def raw_exec(server: KubeTestServer, pod: str, protocols: tuple[str, ...],
     async with aiohttp.ClientSession() as http, http.ws_connect(url, params=params, protocols=protocols) as ws:
         await ws.send_str("\x00from a text frame")  # the Go server reads TEXT frames like BINARY ones
         await ws.send_bytes(b"\xff\x00")
-        with anyio.fail_after(20):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             async for msg in ws:
                 frames.append(msg.data)
     return frames

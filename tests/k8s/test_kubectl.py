@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from .conftest import needs_bwrap, wait_for
 from .server import KubeTestServer
@@ -26,7 +27,7 @@ pytestmark = [needs_bwrap, pytest.mark.skipif(KUBECTL is None, reason="kubectl i
 async def kubectl(kubeconfig: Path, *args: str, stdin: bytes | None = None, check: bool = True) -> tuple[int, str]:
     assert KUBECTL is not None
     argv = [KUBECTL, f"--kubeconfig={kubeconfig}", "--request-timeout=20s", *args]
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         proc = await anyio.run_process(argv, input=stdin, check=False, stderr=subprocess.STDOUT)
     out = proc.stdout.decode(errors="replace")
     if check:
@@ -53,7 +54,7 @@ async def test_kubectl_get_exec_watch_and_delete(k8s_server: KubeTestServer, kub
     manifest = kubeconfig.parent / "pod.json"
     manifest.write_text(json.dumps(pod_body("kctl", {"app": "kctl"})))
     await kubectl(kubeconfig, "create", "--validate=false", "-f", str(manifest))
-    await wait_for(lambda: k8s_server.pod("kctl")["status"].get("phase") == "Running", within=20)
+    await wait_for(lambda: k8s_server.pod("kctl")["status"].get("phase") == "Running")
 
     _, out = await kubectl(kubeconfig, "get", "pods", "-l", "app=kctl", "-o", "json")
     assert [p["metadata"]["name"] for p in json.loads(out)["items"]] == ["kctl"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxCreationError, SandboxNotRunningError
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
@@ -108,7 +109,7 @@ async def test_live_abandoned_execs_leave_no_process(live_pod: tuple[KubernetesB
     script = "python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(603)' & sleep 602"
     r = await backend.exec(sid, make_request("/bin/sh", "-c", script, timeout=2))  # outlives its timeout
     assert r.timed_out
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         while True:
             left = await processes(backend, sid)
             if not any(marker in left for marker in ("sleep 601", "yes", "sleep 602", "time.sleep(603)")):
@@ -125,7 +126,7 @@ async def test_live_eviction_mid_exec_is_not_running(live_pod: tuple[KubernetesB
         await anyio.sleep(3)
         await client.request("POST", f"/api/v1/namespaces/{ns}/pods/{sid}/eviction", body=body, what="evict")
 
-    with anyio.fail_after(120):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         async with anyio.create_task_group() as tg:
             tg.start_soon(evict_soon)
             with pytest.raises(SandboxNotRunningError):

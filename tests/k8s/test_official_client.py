@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
@@ -65,7 +66,7 @@ async def api(k8s_server: KubeTestServer) -> AsyncIterator[k8s.CoreV1Api]:
 
 
 async def call(fn: Callable[[], T]) -> T:
-    with anyio.fail_after(60):
+    with anyio.fail_after(HANG_GUARD_SECONDS):
         return await anyio.to_thread.run_sync(fn)
 
 
@@ -76,7 +77,7 @@ def status_of(exc: ApiException) -> dict[str, Any]:
 
 
 async def running(k8s_server: KubeTestServer, name: str) -> None:
-    await wait_for(lambda: k8s_server.pod(name)["status"].get("phase") == "Running", within=20)
+    await wait_for(lambda: k8s_server.pod(name)["status"].get("phase") == "Running")
 
 
 async def test_create_get_conflict_invalid_and_forbidden(k8s_server: KubeTestServer, api: k8s.CoreV1Api) -> None:
@@ -165,7 +166,7 @@ async def test_a_watch_or_continue_from_before_compaction_is_gone(
     old_rv = page.metadata.resource_version
     await call(lambda: api.create_namespaced_pod(NS, pod_body("p-c3")))
     k8s_server.compaction_interval = 0.05
-    await wait_for(lambda: k8s_server.compacted_rv > int(old_rv), within=5)
+    await wait_for(lambda: k8s_server.compacted_rv > int(old_rv))
 
     def watch_old() -> None:
         for _ in watch.Watch().stream(api.list_namespaced_pod, NS, resource_version=old_rv, timeout_seconds=2):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from guards import HANG_GUARD_SECONDS
+
 import cwsandbox_async as cwa
 
 from .conftest import BackendFactory, needs_bwrap, wait_for, wait_no_pods
@@ -17,7 +19,7 @@ async def test_a_lease_sets_the_pods_deadline_from_its_hold_timeout(
         cwa.Session({"max_lifetime_seconds": 3600}, backend=make_backend(), handle_signals=False) as s,
         cwa.SandboxPool(s, size=2, lifetime_margin_seconds=30) as pool,
     ):
-        await pool.wait_ready(timeout_seconds=30)
+        await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
         idle = k8s_server.live_pods()
         assert all(k8s_server.pod(name)["spec"]["activeDeadlineSeconds"] == 3600 for name in idle)
         async with pool.lease(hold_timeout_seconds=120) as sb:
@@ -55,13 +57,13 @@ async def test_a_fresh_pod_per_lease_costs_four_api_calls(
         cwa.Session({"max_lifetime_seconds": 3600}, backend=make_backend(), handle_signals=False) as s,
         cwa.SandboxPool(s, size=2, max_size=4, lifetime_margin_seconds=30) as pool,
     ):
-        await pool.wait_ready(timeout_seconds=30)
+        await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
         before = len([r for r in k8s_server.requests if not r.watch])
         leases = 6
         for _ in range(leases):
             async with pool.lease(hold_timeout_seconds=120) as sb:
                 assert (await sb.exec(["true"])).returncode == 0
-        await pool.wait_ready(timeout_seconds=30)  # the replacements for the leased pods are up
+        await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)  # the replacements for the leased pods are up
         # a lease's pod is destroyed in the background after its release: the last one may still be going
         await wait_for(lambda: len([r for r in k8s_server.requests[before:] if r.method == "DELETE"]) >= leases)
         collection = "/api/v1/namespaces/default/pods"  # the watch's relists (per backend) are not per lease

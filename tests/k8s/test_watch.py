@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.kubernetes import KubernetesBackend
@@ -40,7 +41,7 @@ async def test_bookmarks_move_the_resume_point() -> None:
     backend = KubernetesBackend(server=server.url, image="x", watch_timeout_seconds=1)
     try:
         spec = make_spec("bm")
-        with anyio.fail_after(20):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             await backend.create(spec)
             assert backend.watch is not None
             await wait_for(

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
@@ -26,7 +27,7 @@ def bwrap_problem() -> str | None:
     proc = subprocess.run(
         [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
         capture_output=True,
-        timeout=30,
+        timeout=HANG_GUARD_SECONDS,
         check=False,
     )
     if proc.returncode != 0:
@@ -108,7 +109,7 @@ def isolation(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def wait_until(predicate: Callable[[], bool], within: float = 5.0) -> None:
+async def wait_until(predicate: Callable[[], bool], within: float = HANG_GUARD_SECONDS) -> None:
     """Poll ``predicate`` (another process's state) until it holds; ``TimeoutError`` after ``within`` s."""
     deadline = time.monotonic() + within
     while not predicate():

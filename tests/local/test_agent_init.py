@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.backends.local.agent import protocol as p
 
@@ -97,7 +98,9 @@ def test_the_deadline_is_checked_where_the_command_ends(agent: socket.socket) ->
 
 def test_a_daemon_the_command_left_dies_with_its_exec(agent: socket.socket) -> None:
     mark = str(4000 + os.getpid() % 1000)
-    rc, _, _, out = run(agent, ["sh", "-c", f"(setsid sleep {mark} > /dev/null 2>&1 &); echo left"], timeout=5)
+    rc, _, _, out = run(
+        agent, ["sh", "-c", f"(setsid sleep {mark} > /dev/null 2>&1 &); echo left"], timeout=HANG_GUARD_SECONDS
+    )
     assert (rc, out) == (0, b"left\n")
     ps = subprocess.run(["pgrep", "-f", f"sleep {mark}"], capture_output=True, check=False)
     assert ps.stdout == b"", "a daemon outlived its exec"
@@ -109,7 +112,7 @@ def test_a_bad_order_is_refused_and_the_agent_serves_on(agent: socket.socket) ->
     kind, note, *_ = report(agent)
     assert (kind, note) == (p.R_FAIL, p.N_BAD_ORDER)
     agent.send(b"not an order")  # ignored
-    assert run(agent, ["echo", "ok"], timeout=5)[3] == b"ok\n"
+    assert run(agent, ["echo", "ok"], timeout=HANG_GUARD_SECONDS)[3] == b"ok\n"
 
 
 def test_a_kill_order_ends_the_whole_tree(agent: socket.socket) -> None:

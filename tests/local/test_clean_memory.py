@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import uuid
 
+from guards import HANG_GUARD_SECONDS
+
 import cwsandbox_async as cwa
 
 from .conftest import local_session, requires_isolation
@@ -46,7 +48,9 @@ def new_marker(prefix: str) -> tuple[str, str]:
 
 async def scan(sb: cwa.Sandbox, prefix: str, control: str) -> set[str]:
     r = await sb.run_python(
-        "import sys\nsys.argv[1:] = [" + repr(prefix) + "]\n" + SCAN, env={"CONTROL": control}, timeout_seconds=60
+        "import sys\nsys.argv[1:] = [" + repr(prefix) + "]\n" + SCAN,
+        env={"CONTROL": control},
+        timeout_seconds=HANG_GUARD_SECONDS,
     )
     assert r.returncode == 0, r.stderr
     return set(r.stdout.split())
@@ -98,7 +102,9 @@ async def test_a_python_exec_also_starts_clean(tag: str) -> None:
         sb = await s.sandbox()
         ids = await plant(sb, prefix)
         control_id, control = new_marker(prefix)
-        r = await sb.exec(["python3", "-I", "-c", SCAN, prefix], env={"CONTROL": control}, timeout_seconds=60)
+        r = await sb.exec(
+            ["python3", "-I", "-c", SCAN, prefix], env={"CONTROL": control}, timeout_seconds=HANG_GUARD_SECONDS
+        )
         found = set(r.stdout.split())
         assert control_id in found
         assert not {how for how, ident in ids.items() if ident in found}

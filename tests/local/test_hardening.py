@@ -12,6 +12,7 @@ import json
 import platform
 
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local.agent import harden, seccomp
@@ -96,7 +97,7 @@ async def test_seccomp_denies_the_documented_calls_and_nothing_ordinary(tag: str
     async with local_session(tag) as s:
         sb = await s.sandbox()
         if how == "exec":
-            r = await sb.exec(["python3", "-I", "-c", PROBE, probe_args()], timeout_seconds=30)
+            r = await sb.exec(["python3", "-I", "-c", PROBE, probe_args()], timeout_seconds=HANG_GUARD_SECONDS)
         else:
             r = await sb.run_python("import sys\nsys.argv[1:] = [" + repr(probe_args()) + "]\n" + PROBE)
         assert r.returncode == 0, r.stderr
@@ -117,7 +118,7 @@ async def test_modify_ldt_is_refused(tag: str) -> None:
     )
     async with local_session(tag) as s:
         sb = await s.sandbox()
-        r = await sb.exec(["python3", "-I", "-c", probe], timeout_seconds=30)
+        r = await sb.exec(["python3", "-I", "-c", probe], timeout_seconds=HANG_GUARD_SECONDS)
         assert r.stdout.split() == ["-1", str(errno.EPERM)], r
 
 
@@ -148,7 +149,7 @@ async def test_only_the_allowed_socket_families_can_be_created(tag: str) -> None
     but Unix, IPv4, IPv6 and netlink are refused; those four still work."""
     async with local_session(tag) as s:
         sb = await s.sandbox()
-        r = await sb.exec(["python3", "-I", "-c", SOCKETS], timeout_seconds=30)
+        r = await sb.exec(["python3", "-I", "-c", SOCKETS], timeout_seconds=HANG_GUARD_SECONDS)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout) == {
             "vsock": "EAFNOSUPPORT",
@@ -176,7 +177,7 @@ async def test_seccomp_kills_calls_through_another_abi(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()
         for source in (int80, x32):
-            r = await sb.exec(["python3", "-I", "-c", source], timeout_seconds=30)
+            r = await sb.exec(["python3", "-I", "-c", source], timeout_seconds=HANG_GUARD_SECONDS)
             assert r.returncode == -31, (r.returncode, r.stdout, r.stderr)  # SIGSYS
             assert "returned" not in r.stdout
 

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 
@@ -41,14 +42,14 @@ async def test_no_network_reaches_a_host_server(listener: socket.socket, tag: st
     port = str(listener.getsockname()[1])
     async with local_session(tag, isolation) as s:
         sb = await s.sandbox()
-        r = await sb.exec(["python3", "-c", CONNECT, port], timeout_seconds=20)
+        r = await sb.exec(["python3", "-c", CONNECT, port], timeout_seconds=HANG_GUARD_SECONDS)
         assert r.stdout.startswith("blocked"), r
         r = await sb.exec(["cat", "/proc/net/dev"])
         interfaces = {line.split(":")[0].strip() for line in r.stdout.splitlines()[2:]}
         assert interfaces <= {"lo"}
         # The control: with network=True the same program does connect, so the check above can fail.
         sb_net = await s.sandbox(network=True)
-        r = await sb_net.exec(["python3", "-c", CONNECT, port], timeout_seconds=20)
+        r = await sb_net.exec(["python3", "-c", CONNECT, port], timeout_seconds=HANG_GUARD_SECONDS)
         assert r.stdout.strip() == "connected", r
 
 

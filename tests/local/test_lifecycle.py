@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from guards import HANG_GUARD_SECONDS
+from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends import load_backend
@@ -68,9 +68,9 @@ async def test_sigkilled_driver_leaves_no_process_and_sweep_cleans_up(tag: str) 
     )
     try:
         assert proc.stdout is not None
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             info = json.loads(await proc.stdout.readline())
-        await wait_until(lambda: bool(host_processes_matching(f"sleep {marker}".encode())), 30)
+        await wait_until(lambda: bool(host_processes_matching(f"sleep {marker}".encode())))
     finally:
         proc.kill()
         await proc.wait()
@@ -100,7 +100,7 @@ async def test_list_and_destroy_a_live_sandbox_of_another_backend(tag: str) -> N
         assert (info.sandbox_id, info.status, info.owner_alive) == (spec.sandbox_id, cwa.SandboxStatus.RUNNING, True)
         assert await other.status(spec.sandbox_id) is cwa.SandboxStatus.RUNNING
         await other.destroy(spec.sandbox_id)
-        await wait_until(lambda: owner._boxes[spec.sandbox_id].runner.channel.exited.is_set(), 10)  # type: ignore[union-attr]
+        await wait_until(lambda: owner._boxes[spec.sandbox_id].runner.channel.exited.is_set())  # type: ignore[union-attr]
         assert await owner.status(spec.sandbox_id) is cwa.SandboxStatus.FAILED
         assert await other.list([tag]) == []
     finally:
@@ -190,8 +190,8 @@ async def test_agent_death_fails_pending_execs(tag: str) -> None:
 async def test_max_lifetime_ends_the_sandbox(tag: str) -> None:
     async with local_session(tag, max_lifetime_seconds=1.0) as s:
         sb = await s.sandbox()
-        with pytest.raises(cwa.SandboxNotRunningError):
-            await sb.exec(["sleep", "10"], timeout_seconds=20)
+        with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxNotRunningError):
+            await sb.exec(["sleep", str(LONG_SECONDS)], timeout_seconds=LONG_SECONDS)
 
 
 async def test_bad_inputs_are_validation_errors(tag: str) -> None:
@@ -309,7 +309,7 @@ async def test_a_dead_template_is_replaced_and_its_sandboxes_fail_cleanly(tag: s
         template = backend._template  # type: ignore[attr-defined]
         assert template is not None and template.pid is not None
         os.kill(template.pid, signal.SIGKILL)  # the outer process: the template and every sandbox die with it
-        await wait_until(lambda: not template.alive, 10)
+        await wait_until(lambda: not template.alive)
         with pytest.raises(cwa.SandboxNotRunningError) as info:
             await old.exec(["true"])
         assert info.value.infrastructure  # the machinery died: nothing the program did

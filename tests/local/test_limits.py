@@ -48,7 +48,7 @@ async def host_true_works() -> bool:
 async def test_fork_bomb_is_contained(tag: str) -> None:
     async with local_session(tag, resources=cwa.Resources(pids=40)) as s:
         bombed, other = await s.sandbox(), await s.sandbox()
-        r = await bombed.exec(["python3", "-c", FORK_COUNT], timeout_seconds=30)
+        r = await bombed.exec(["python3", "-c", FORK_COUNT], timeout_seconds=HANG_GUARD_SECONDS)
         count, errno = (int(x) for x in r.stdout.split())
         assert errno == 11 and count < 60, r  # EAGAIN well before the limit's slack is gone
         # A classic shell bomb ends with a result, within its timeout.
@@ -66,7 +66,9 @@ async def test_fork_bomb_is_contained(tag: str) -> None:
 async def test_memory_bomb_is_contained(tag: str) -> None:
     async with local_session(tag, resources=cwa.Resources(memory_mib=128)) as s:
         bombed, other = await s.sandbox(), await s.sandbox()
-        r = await bombed.exec(["python3", "-c", "x = bytearray(1 << 30); print('survived')"], timeout_seconds=30)
+        r = await bombed.exec(
+            ["python3", "-c", "x = bytearray(1 << 30); print('survived')"], timeout_seconds=HANG_GUARD_SECONDS
+        )
         assert r.returncode != 0 and "survived" not in r.stdout
         r = await bombed.run_python("x = [bytearray(1 << 20) for _ in range(1024)]\nprint('survived')")
         assert r.returncode != 0 and "survived" not in r.stdout
@@ -126,7 +128,7 @@ async def test_background_job_lives_while_its_exec_runs(tag: str) -> None:
     async with local_session(tag) as s:
         sb = await s.sandbox()
         script = "(sleep 30 &) ; sleep 0.3; ps -eo args | grep -c '^sleep 30$'"
-        r = await sb.exec(script, timeout_seconds=10)
+        r = await sb.exec(script, timeout_seconds=HANG_GUARD_SECONDS)
         assert r.stdout.strip() == "1"  # the orphaned helper survived until its exec ended
 
 
@@ -151,12 +153,12 @@ async def test_cpu_seconds_and_file_size_limits(tag: str) -> None:
     resources = cwa.Resources(cpu_seconds=1, file_size_mib=1)
     async with local_session(tag, resources=resources) as s:
         sb = await s.sandbox()
-        r = await sb.exec(["python3", "-c", "while True: pass"], timeout_seconds=30)
+        r = await sb.exec(["python3", "-c", "while True: pass"], timeout_seconds=HANG_GUARD_SECONDS)
         assert r.returncode in (-9, -24)  # SIGXCPU, then SIGKILL at the hard limit
         # The kernel checks RLIMIT_CPU against whole clock ticks; cpu_seconds is the exact runtime.
         # Under load they part (SIGXCPU at 0.78 s of runtime in CI), so no lower bound but the verdict.
         assert r.cpu_exceeded and 0 < r.cpu_seconds < 5
-        r = await sb.exec("head -c 2000000 /dev/zero > /workspace/f; echo rc=$?", timeout_seconds=30)
+        r = await sb.exec("head -c 2000000 /dev/zero > /workspace/f; echo rc=$?", timeout_seconds=HANG_GUARD_SECONDS)
         assert int((await sb.exec("stat -c %s /workspace/f")).stdout) <= 1024 * 1024
         with pytest.raises(cwa.SandboxFileError):
             await sb.write_file("/workspace/g", b"\0" * (2 * 1024 * 1024))
@@ -168,11 +170,11 @@ async def test_a_sigxcpu_death_under_rlimit_cpu_is_cpu_exceeded(tag: str) -> Non
     runtime (``cpu_exceeded`` was False). Deterministic stand-in: the command's tick clock is
     ahead of its runtime by all of it. Without a CPU limit, a SIGXCPU is just a signal."""
     async with local_session(tag, resources=cwa.Resources(cpu_seconds=20)) as s:
-        r = await (await s.sandbox()).exec(["sh", "-c", "kill -XCPU $$"], timeout_seconds=30)
+        r = await (await s.sandbox()).exec(["sh", "-c", "kill -XCPU $$"], timeout_seconds=HANG_GUARD_SECONDS)
         assert (r.returncode, r.cpu_exceeded) == (-24, True)
         assert r.cpu_seconds < 20
     async with local_session(tag) as s:
-        r = await (await s.sandbox()).exec(["sh", "-c", "kill -XCPU $$"], timeout_seconds=30)
+        r = await (await s.sandbox()).exec(["sh", "-c", "kill -XCPU $$"], timeout_seconds=HANG_GUARD_SECONDS)
         assert (r.returncode, r.cpu_exceeded) == (-24, False)
 
 
@@ -196,7 +198,9 @@ async def test_a_command_cannot_kill_its_supervisor(tag: str) -> None:
     from inside is dropped, the command goes on, and its timeout still ends it and its children."""
     async with local_session(tag) as s:
         sb = await s.sandbox()
-        r = await sb.exec("echo before; kill -9 $PPID; kill -STOP $PPID; echo after", timeout_seconds=20)
+        r = await sb.exec(
+            "echo before; kill -9 $PPID; kill -STOP $PPID; echo after", timeout_seconds=HANG_GUARD_SECONDS
+        )
         assert (r.returncode, r.stdout) == (0, "before\nafter\n")
         with pytest.raises(cwa.SandboxTimeoutError):
             await sb.exec("kill -9 $PPID; sleep 2929", timeout_seconds=1)

@@ -12,6 +12,7 @@ import textwrap
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async.backends.local._registry import pid_alive
 
@@ -56,9 +57,9 @@ async def test_signal_stops_every_sandbox_through_the_session(tag: str, sig: int
     )  # fmt: skip
     try:
         assert proc.stdout is not None
-        with anyio.fail_after(60):
+        with anyio.fail_after(HANG_GUARD_SECONDS):
             info = json.loads(await proc.stdout.readline())
-        await wait_until(lambda: bool(host_processes_matching(f"sleep {marker}".encode())), 30)
+        await wait_until(lambda: bool(host_processes_matching(f"sleep {marker}".encode())))
         proc.send_signal(sig)
         with anyio.fail_after(CLOSE_SECONDS + 10):  # its close budget, then the interpreter's exit
             code = await proc.wait()

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import looptime
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import SandboxBackendUnavailableError, SandboxPool, Session
 from cwsandbox_async.testing import FakeBackend
@@ -50,7 +51,7 @@ def make_backend(name: str, **fake_kw: Any) -> FakeBackend | str:
     return FakeBackend(seed=7, **fake_kw) if name == "fake" else name
 
 
-async def wait_until(cond: Callable[[], bool], within: float = 5.0) -> None:
+async def wait_until(cond: Callable[[], bool], within: float = HANG_GUARD_SECONDS) -> None:
     """Poll ``cond`` (state owned by the pool or backend, which offer no event for it)."""
     with anyio.fail_after(within):
         while not cond():  # noqa: ASYNC110 - polling is the point
@@ -74,8 +75,8 @@ async def settle(pool: SandboxPool) -> None:
     test happens to be running; the close-with-creates-in-flight path is covered on the
     FakeBackend.)
     """
-    await pool.wait_ready(timeout_seconds=60)
-    await wait_until(lambda: pool.statistics().destroying == 0, 60)
+    await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
+    await wait_until(lambda: pool.statistics().destroying == 0)
 
 
 def descendant_pids() -> set[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import PoolClosedError, PoolState, SandboxPool, SandboxStatus, Session, Timeouts
 from cwsandbox_async.testing import FakeBackend, Faults, Latency
@@ -60,7 +61,7 @@ async def test_close_cancels_leases_after_grace_and_fails_waiters(backend_name: 
                 tg.start_soon(holder)
                 await entered.wait()
                 tg.start_soon(waiter)
-                await wait_until(lambda: pool.statistics().waiting == 1, 30)
+                await wait_until(lambda: pool.statistics().waiting == 1)
                 start = anyio.current_time()
                 await pool.aclose()
                 assert anyio.current_time() - start < 10
@@ -69,7 +70,7 @@ async def test_close_cancels_leases_after_grace_and_fails_waiters(backend_name: 
         assert not any(e.infrastructure for e in errors)  # the caller closed the pool
         assert await own_live(s) == 0 and s.sandboxes == []
         assert tasks_now() == tasks0
-    await wait_until(lambda: descendant_pids() <= procs0, 10)  # no sandbox process left behind
+    await wait_until(lambda: descendant_pids() <= procs0)  # no sandbox process left behind
 
 
 async def test_leaving_the_session_closes_its_pools() -> None:
@@ -135,7 +136,7 @@ async def test_a_cancelled_caller_still_closes_the_pool_within_its_budget() -> N
         pool = SandboxPool(s, size=3, close_timeout_seconds=10)
         with anyio.CancelScope() as scope:
             async with pool:
-                await pool.wait_ready(timeout_seconds=5)
+                await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
                 scope.cancel()  # the block is cancelled: its exit closes the pool anyway
                 await anyio.sleep(1)
         assert pool.state is PoolState.CLOSED
@@ -157,7 +158,7 @@ async def test_concurrent_closers_all_wait_for_the_first() -> None:
     async with Session(backend=be) as s:
         pool = SandboxPool(s, size=3)
         async with pool:
-            await pool.wait_ready(timeout_seconds=5)
+            await pool.wait_ready(timeout_seconds=HANG_GUARD_SECONDS)
             states: list[PoolState] = []
 
             async def close() -> None:

@@ -6,6 +6,7 @@ import logging
 
 import anyio
 import pytest
+from guards import HANG_GUARD_SECONDS
 
 from cwsandbox_async import PoolError, PoolState, PoolTimeoutError, SandboxPool, Session
 from cwsandbox_async._types import SandboxSpec
@@ -70,7 +71,7 @@ async def test_leases_held_when_the_pool_fails_keep_their_sandbox_and_release_it
         break_retries(s)
         be.faults = Faults(create_failure=1.0)  # the refill for the next lease fails, then hits the bug
         async with pool.lease() as sb:
-            with anyio.fail_after(5):
+            with anyio.fail_after(HANG_GUARD_SECONDS):
                 while pool.state is not PoolState.FAILED:  # noqa: ASYNC110 - the pool's own state
                     await anyio.sleep(0.01)
             assert (await sb.exec(["echo", "still here"])).stdout == "still here\n"

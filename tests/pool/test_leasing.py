@@ -33,7 +33,7 @@ async def test_warm_lease_and_replacement(backend_name: str) -> None:
             stats = pool.statistics()
             assert stats.warm_hits == 1 and stats.cold_waits == 0
             await pool.wait_ready(timeout_seconds=30)  # a replacement was warmed
-            await wait_until(lambda: pool.statistics().destroying == 0, 30)
+            await wait_until(lambda: pool.statistics().destroying == 0)
             assert pool.statistics().idle == 2
             assert first not in {sb.sandbox_id for sb in s.sandboxes}  # fresh per lease: destroyed
             assert await own_live(s) == 2
@@ -49,7 +49,7 @@ async def test_body_exception_propagates_unwrapped_and_sandbox_is_destroyed(back
         with pytest.raises(ValueError, match="rollout bug"):
             async with pool.lease(timeout_seconds=30) as sb:
                 raise ValueError("rollout bug")
-        await wait_until(lambda: sb.status is SandboxStatus.COMPLETED, 30)
+        await wait_until(lambda: sb.status is SandboxStatus.COMPLETED)
         async with pool.lease(timeout_seconds=30) as sb2:
             assert sb2.sandbox_id != sb.sandbox_id
             assert (await sb2.exec(["true"])).ok

@@ -14,6 +14,7 @@ import asyncio
 import math
 
 import anyio
+from guards import HANG_GUARD_SECONDS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -126,7 +127,7 @@ async def test_pool_invariants_hold_for_random_sequences(
                 except (PoolTimeoutError, SandboxCreationError, PoolClosedError):
                     pass
 
-        with anyio.fail_after(30):  # a hang is a failure, not a stuck test run
+        with anyio.fail_after(HANG_GUARD_SECONDS):  # a hang is a failure, not a stuck test run
             async with pool, anyio.create_task_group() as outer:
                 outer.start_soon(monitor)
                 async with anyio.create_task_group() as work:
