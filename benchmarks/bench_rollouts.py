@@ -14,9 +14,16 @@ single call. Reported: p50/p99 tool-call latency (both), sandboxes alive at once
 when the episode started), peak memory (PSS summed over this process and every process under it:
 the template and every sandbox), failures (a tool call that raised or was not ``ok``, a rollout
 that got no sandbox, a warm-up that failed), and what is left after close (sandbox processes under
-this process, the backend's sandboxes).
+this process, the backend's sandboxes), and the CPU per tool call (summed
+over the episodes, in a cpuacct group of the run's own that holds this process, everything it starts
+and every sandbox; the machine's busy CPU where no such group can be made): what one call costs all in.
 
-    python -m benchmarks.bench_rollouts [--quick] [--rollouts N] [--turns N] [--baseline-episodes N]
+``--host`` also plays the same episodes, one and N at once, with no sandbox: ``bash -c`` as a host
+subprocess (``asyncio``) in a directory of each rollout's own, files read and written by the driver.
+That is what a user would run instead, and the limit of these cores: at N at once it shows how much
+of the latency is the offered load itself.
+
+    python -m benchmarks.bench_rollouts [--quick] [--rollouts N] [--turns N] [--baseline-episodes N] [--host]
 
 Writes ``benchmarks/out/rollouts.json`` (headline: ``p50_ratio``, ``p99_ratio``, ``peak_pss_gib``,
 ``failures``, ``peak_alive``).
@@ -25,8 +32,11 @@ Writes ``benchmarks/out/rollouts.json`` (headline: ``p50_ratio``, ``p99_ratio``,
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -36,6 +46,7 @@ import cwsandbox_async as cwa
 from cwsandbox_async.integrations._tools import run_tool
 
 from ._common import percentile, write_json
+from ._cpu import AcctGroup
 from ._procstat import measure_trees, raise_nofile, tree
 
 
@@ -50,6 +61,42 @@ def call(turn: int, rid: int) -> dict[str, Any]:
             "arguments": {"path": f"notes_{turn}.txt", "content": f"rollout {rid} turn {turn}\n" * 20},
         }
     return {"name": "read_file", "arguments": {"path": f"notes_{turn - 1}.txt"}}
+
+
+#: This run's own cpuacct group (this process, and so every process it starts and every sandbox), or
+#: None where there is none to make: then the machine's busy CPU is read instead.
+ACCT: AcctGroup | None = None
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this run's processes (``ACCT``), else by the whole machine."""
+    if ACCT is not None:
+        return ACCT.usage() / 1e9
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+async def host_tool(workdir: str, tool: dict[str, Any]) -> bool:
+    """The same tool call with no sandbox: ``bash -c`` as a host subprocess, files by the driver."""
+    name, args = tool["name"], tool["arguments"]
+    if name == "bash":
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", args["command"], cwd=workdir, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        await proc.communicate()
+        return proc.returncode == 0
+    # In the loop itself: a small local file is microseconds, the cheapest a harness can do.
+    return _file_tool(os.path.join(workdir, args["path"]), args.get("content"))
+
+
+def _file_tool(path: str, content: str | None) -> bool:
+    if content is not None:
+        with open(path, "w") as f:
+            f.write(content)
+        return True
+    with open(path) as f:
+        return bool(f.read())
 
 
 class Run:
@@ -92,6 +139,59 @@ async def rollout(pool: cwa.SandboxPool, rid: int, turns: int, seed: int, run: R
             run.arrive()
 
 
+async def host_rollout(rid: int, turns: int, seed: int, run: Run) -> None:
+    rng = random.Random(seed * 100_003 + rid)
+    workdir = tempfile.mkdtemp(prefix="bench-rollout-")
+    try:
+        await run.go.wait()
+        for turn in range(turns):
+            await anyio.sleep(rng.uniform(0.5, 2.0))  # the model thinks
+            t = time.perf_counter()
+            ok = await host_tool(workdir, call(turn, rid))
+            run.latencies.append(time.perf_counter() - t)
+            if not ok:
+                run.failures.append(f"rollout {rid} turn {turn}: failed")
+        run.done += 1
+    except Exception as exc:  # a failure is counted, never hidden
+        run.failures.append(f"rollout {rid}: {type(exc).__name__}: {exc}"[:300])
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def host_episode_set(n: int, episodes: int, turns: int, seed: int) -> dict[str, Any]:
+    """The same ``episodes`` sets of ``n`` rollouts with no sandbox (see the module docstring)."""
+    run = Run()
+    start, busy = time.perf_counter(), 0.0
+    for e in range(episodes):
+        run.go = anyio.Event()
+        busy0 = cpu_seconds()
+        async with anyio.create_task_group() as tg:
+            for rid in range(e * n, (e + 1) * n):
+                tg.start_soon(host_rollout, rid, turns, seed, run)
+            run.go.set()
+        busy += cpu_seconds() - busy0
+    return {
+        "rollouts": n,
+        "episodes": episodes,
+        "completed": run.done,
+        "tool_calls": len(run.latencies),
+        "failures": len(run.failures),
+        "failure_samples": run.failures[:10],
+        "tool_ms": latency_ms(run.latencies),
+        "cpu_ms_per_call": round(busy / max(1, len(run.latencies)) * 1e3, 2),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+
+
+def latency_ms(lat: list[float]) -> dict[str, float | None]:
+    return {
+        "p50": round(percentile(lat, 50) * 1e3, 2),
+        "p90": round(percentile(lat, 90) * 1e3, 2),
+        "p99": round(percentile(lat, 99) * 1e3, 2),
+        "max": round(max(lat) * 1e3, 2) if lat else None,
+    }
+
+
 async def play(session: cwa.Session, rids: range, turns: int, seed: int, run: Run) -> dict[str, Any]:
     """``len(rids)`` rollouts at once: warm a pool to one fresh sandbox each, lease them all, then play."""
     n = len(rids)
@@ -107,12 +207,13 @@ async def play(session: cwa.Session, rids: range, turns: int, seed: int, run: Ru
             for rid in rids:
                 tg.start_soon(rollout, pool, rid, turns, seed, run)
             await run.go.wait()
-            start = time.perf_counter()
+            start, busy0 = time.perf_counter(), cpu_seconds()
             leased_at_start = pool.statistics().leased
             await pool.resize(0)  # a released sandbox is not replaced while the others still play
-        end = time.perf_counter()
+        end, busy = time.perf_counter(), cpu_seconds() - busy0
         peak_alive = pool.statistics().max_alive
     return {
+        "cpu_s": round(busy, 2),
         "warmup_s": round(warm - t0, 2),
         "lease_all_s": round(start - warm, 2),
         "episode_s": round(end - start, 2),
@@ -156,12 +257,9 @@ async def episode_set(n: int, episodes: int, turns: int, seed: int, sample_every
         "tool_calls": len(lat),
         "failures": len(run.failures),
         "failure_samples": run.failures[:10],
-        "tool_ms": {
-            "p50": round(percentile(lat, 50) * 1e3, 2),
-            "p90": round(percentile(lat, 90) * 1e3, 2),
-            "p99": round(percentile(lat, 99) * 1e3, 2),
-            "max": round(max(lat) * 1e3, 2) if lat else None,
-        },
+        "tool_ms": latency_ms(lat),
+        # The run's CPU over the episodes (gate to the last release; not the warm-up), per call.
+        "cpu_ms_per_call": round(sum(s["cpu_s"] for s in sets) / max(1, len(lat)) * 1e3, 2),
         "peak_alive": max(s["peak_alive"] for s in sets),
         "leased_at_start": min(s["leased_at_start"] for s in sets),
         "warmup_s": round(sum(s["warmup_s"] + s["lease_all_s"] for s in sets), 2),
@@ -191,15 +289,34 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--baseline-episodes", type=int, default=10, help="sequential one-rollout episodes")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--host", action="store_true", help="also the same episodes with no sandbox")
     args = parser.parse_args()
     n = args.rollouts or (100 if args.quick else 1000)
     raise_nofile()
+    global ACCT
+    ACCT = AcctGroup.make(f"cwsandbox-rollouts-{os.getpid()}")
+    if ACCT is not None:
+        ACCT.join(os.getpid())
+    try:
+        await measure(args, n)
+    finally:
+        if ACCT is not None:
+            ACCT.remove()
+
+
+async def measure(args: argparse.Namespace, n: int) -> None:
     load_before = os.getloadavg()
     base = await episode_set(1, args.baseline_episodes, args.turns, args.seed, 1.0)
     print(f"1 rollout x {args.baseline_episodes} episodes: {describe(base)}", flush=True)
     load_between = os.getloadavg()
     many = await episode_set(n, 1, args.turns, args.seed, 3.0)
     print(f"{n} rollouts at once: {describe(many)}", flush=True)
+    host: dict[str, Any] = {}
+    if args.host:
+        host["one"] = await host_episode_set(1, args.baseline_episodes, args.turns, args.seed)
+        print(f"no sandbox, 1 rollout x {args.baseline_episodes} episodes: {host['one']}", flush=True)
+        host["many"] = await host_episode_set(n, 1, args.turns, args.seed)
+        print(f"no sandbox, {n} rollouts at once: {host['many']}", flush=True)
     for line in [*base["failure_samples"], *many["failure_samples"]]:
         print("  ", line)
     headline = {
@@ -215,7 +332,13 @@ async def main() -> None:
         "baseline_failures": base["failures"],
         "left_processes": many["left_after_close"]["processes"],
         "left_sandboxes": many["left_after_close"]["sandboxes_in_backend"],
+        "cpu_ms_per_call_one": base["cpu_ms_per_call"],
+        "cpu_ms_per_call_many": many["cpu_ms_per_call"],
     }
+    if host:
+        headline["host_p99_ratio"] = round(host["many"]["tool_ms"]["p99"] / host["one"]["tool_ms"]["p99"], 2)
+        headline["p99_vs_host_many"] = round(many["tool_ms"]["p99"] / host["many"]["tool_ms"]["p99"], 2)
+        headline["host_cpu_ms_per_call_one"] = host["one"]["cpu_ms_per_call"]
     path = write_json(
         "rollouts",
         {
@@ -224,6 +347,7 @@ async def main() -> None:
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
             "baseline_one_rollout": base,
             "concurrent": many,
+            "no_sandbox": host,
             "goal": {"p99_ratio": "<= 2", "peak_memory_gib": "<= 2.5", "failures": 0},
             "headline": headline,
         },
