@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 import pytest
-from guards import HANG_GUARD_SECONDS
+from guards import EXEC_GRACE_SECONDS, HANG_GUARD_SECONDS
 from proctree import descendants, is_zombie
 
 import cwsandbox_async as cwa
@@ -120,6 +120,7 @@ async def arena(tag: str, backend_options: dict[str, Any] | None = None, **defau
         cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults),
         backend="local",
         backend_options=backend_options or {},
+        timeouts=cwa.Timeouts(exec_grace_seconds=EXEC_GRACE_SECONDS),
         handle_signals=False,
     )
     async with session as s:

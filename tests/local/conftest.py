@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 
 import anyio
 import pytest
-from guards import HANG_GUARD_SECONDS
+from guards import EXEC_GRACE_SECONDS, HANG_GUARD_SECONDS
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
@@ -99,7 +99,10 @@ def local_session(
     options: dict[str, object] = {"agent": "plain"} if isolation == "plain" else {"isolation": isolation}
     options.update(backend_options or {})
     return cwa.Session(
-        cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults), backend="local", backend_options=options
+        cwa.SandboxDefaults(tags=(tag,)).with_overrides(**defaults),
+        backend="local",
+        backend_options=options,
+        timeouts=cwa.Timeouts(exec_grace_seconds=EXEC_GRACE_SECONDS),
     )
 
 
