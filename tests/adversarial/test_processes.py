@@ -134,7 +134,8 @@ async def test_a_daemon_started_from_the_warm_interpreter_does_not_outlive_its_e
 @pytest.mark.parametrize("target", ["$PPID", "$$"])
 async def test_stopping_its_supervisor_or_itself_does_not_escape_the_timeout(tag: str, target: str) -> None:
     """SIGSTOP on the process that enforces the timeout (the sandbox's PID 1, the command's parent) is
-    dropped by the kernel; a command that stops itself is still killed at its timeout."""
+    dropped by the kernel, and on itself refused by the filter; either way the command is still
+    killed at its timeout."""
     mark = marker()
     async with arena(tag) as a:
         with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxTimeoutError) as info:
@@ -156,9 +157,12 @@ STOP_ALL = "end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do kill -S
 
 
 async def test_stopping_everything_it_can_reach_holds_nothing_up(tag: str) -> None:
-    """A command stops every process it may signal, again and again: other execs, the helpers that
-    read and write files. Each call ends promptly with a result or a clear error (a stopped file
-    helper is killed at once: ``SandboxFileError``), and the sandbox serves on afterwards."""
+    """A command tries to stop every process it may signal, again and again: other execs, the
+    helpers that read and write files, the vfork child that PID 1 turns into the next command.
+    Each call ends promptly with a result or a clear error (a stopped file helper is killed at once:
+    ``SandboxFileError``), and the sandbox serves on afterwards. Before the filter refused stop
+    signals this hung now and then under load: the next exec's vfork child was stopped, and PID 1
+    with it."""
     async with arena(tag) as a:
         await a.victim.write_file("/workspace/f", b"before")
         async with anyio.create_task_group() as tg:

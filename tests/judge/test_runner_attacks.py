@@ -94,15 +94,16 @@ async def test_killing_the_runner_is_the_programs_failure(local_session: cwa.Ses
     assert result.score == 0.0 and not result.infrastructure
 
 
-async def test_stopping_the_runner_is_a_time_limit_not_infrastructure(
-    local_session: cwa.Session, sb: cwa.Sandbox
-) -> None:
+async def test_stopping_the_runner_is_refused_and_scores_zero(local_session: cwa.Session, sb: cwa.Sandbox) -> None:
+    """The sandbox's filter refuses every stop signal (``seccomp`` item 6): the program's own
+    ``PermissionError`` is its verdict, never infrastructure, and the run goes on to score it."""
     stopper = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
     judge = Judge(local_session, limits=Limits(time_seconds=0.2, memory_mib=128, wall_extra_seconds=0.2))
     # No compile step: the exec's deadline is then the cases' wall limits plus the runner's slack only.
     python = dataclasses.replace(get_language("python"), name="python-uncompiled", compile=None)
     result = await judge.judge(stopper, python, [TestCase("", "5\n")], sandbox=sb)
-    assert [c.verdict for c in result.cases] == [Verdict.TIME_LIMIT]
+    assert [c.verdict for c in result.cases] == [Verdict.RUNTIME_ERROR]
+    assert "PermissionError" in result.cases[0].stderr_tail, result.cases[0]
     assert result.score == 0.0
 
 

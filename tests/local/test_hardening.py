@@ -11,6 +11,7 @@ import errno
 import json
 import platform
 
+import anyio
 import pytest
 from guards import HANG_GUARD_SECONDS
 
@@ -163,6 +164,78 @@ async def test_only_the_allowed_socket_families_can_be_created(tag: str) -> None
         }
 
 
+STOPS = """
+import ctypes, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+nrs, mark = json.loads(sys.argv[1]), sys.argv[2]
+def call(nr, *args):
+    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return 0 if rc >= 0 else ctypes.get_errno()
+def find():
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if f.read() == b"sleep\\0" + mark.encode() + b"\\0":
+                    return int(p)
+        except OSError:
+            pass
+while (pid := find()) is None:  # the bystander's exec may not have started yet (the exec's timeout bounds this)
+    time.sleep(0.01)
+fd = os.pidfd_open(pid)
+def info(sig):  # a siginfo_t with si_code SI_QUEUE (what sigqueue sends): allowed to another process
+    buf = ctypes.create_string_buffer(128)
+    ctypes.c_int.from_buffer(buf, 0).value, ctypes.c_int.from_buffer(buf, 8).value = sig, -1
+    return buf
+def every(sig):
+    return {
+        "kill": call(nrs["kill"], pid, sig),
+        "kill -1": call(nrs["kill"], -1, sig),
+        "tkill": call(nrs["tkill"], pid, sig),
+        "tgkill": call(nrs["tgkill"], pid, pid, sig),
+        "rt_sigqueueinfo": call(nrs["rt_sigqueueinfo"], pid, sig, ctypes.addressof(info(sig))),
+        "rt_tgsigqueueinfo": call(nrs["rt_tgsigqueueinfo"], pid, pid, sig, ctypes.addressof(info(sig))),
+        "pidfd_send_signal": call(nrs["pidfd_send_signal"], fd, sig, 0, 0),
+    }
+out = {sig: every(sig) for sig in (19, 20, 21, 22)}
+with open(f"/proc/{pid}/stat") as f:
+    out["state"] = f.read().rsplit(")", 1)[1].split()[0]
+out["cont"] = every(18)  # SIGCONT: every call still works for a signal that stops nothing
+out["kill 9"] = call(nrs["kill"], pid, 9)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(MACHINE not in seccomp.AUDIT_ARCH, reason=f"no seccomp filter for {MACHINE}")
+async def test_no_process_can_stop_another(tag: str) -> None:
+    """Every call that sends a signal refuses the four stop signals (EPERM), to another exec's
+    process and to every process (-1); the target keeps running and every
+    call still sends SIGCONT and SIGKILL. Without it a command could stop the vfork child of PID 1
+    that becomes the next command, and PID 1 with it (``seccomp`` item 6)."""
+    mark = f"{HANG_GUARD_SECONDS * 10}.{abs(hash(tag)) % 10_000:04d}"
+    nrs = json.dumps({name: numbers[COL] for name, (numbers, _arg) in seccomp.SIGNAL_SENDERS.items()})
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        results: list[cwa.ExecResult] = []
+
+        async def bystander() -> None:
+            results.append(await sb.exec(["sleep", mark], timeout_seconds=HANG_GUARD_SECONDS))
+
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bystander)
+                r = await sb.exec(["python3", "-I", "-c", STOPS, nrs, mark], timeout_seconds=HANG_GUARD_SECONDS)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        for sig in ("19", "20", "21", "22"):
+            wrong = {name: errno.errorcode.get(e, e) for name, e in out[sig].items() if e != errno.EPERM}
+            assert not wrong, f"signal {sig} not denied with EPERM: {wrong}"
+        assert out["state"] == "S"  # asleep, never stopped (T)
+        assert out["cont"] == dict.fromkeys(out["cont"], 0)
+        assert out["kill 9"] == 0
+        assert [x.returncode for x in results] == [-9]
+
+
 @pytest.mark.skipif(MACHINE != "x86_64", reason="the i386 and x32 entries exist on x86_64 only")
 async def test_seccomp_kills_calls_through_another_abi(tag: str) -> None:
     """The deny list is by x86_64 number: ``int 0x80`` (i386 numbers) and x32 would step around it."""
@@ -252,6 +325,17 @@ async def test_hardening_is_reported_by_the_agent(tag: str) -> None:
         hello = s.backend._boxes[sb.sandbox_id].runner.channel.hello  # type: ignore[attr-defined]
         want = "installed" if MACHINE in seccomp.AUDIT_ARCH else "none: no seccomp filter for " + MACHINE
         assert hello["hardening"] == {"keyring": "fresh", "seccomp": want}
+
+
+def test_a_sandbox_without_the_filter_forks_pid_1_for_every_exec() -> None:
+    """The native spawner is a vfork of PID 1: only the filter keeps a command from stopping it."""
+    from cwsandbox_async.backends.local.agent import main
+
+    config = {"spawner": "/.cwsandbox/spawn"}
+    assert main.usable_spawner(config, {"keyring": "fresh", "seccomp": "installed"}) == "/.cwsandbox/spawn"
+    for why in ("off (by configuration)", "none: no seccomp filter for riscv64", "none: EINVAL"):
+        assert main.usable_spawner(config, {"keyring": "fresh", "seccomp": why}) is None
+    assert main.usable_spawner({}, {"seccomp": "installed"}) is None
 
 
 def test_the_filter_program_is_well_formed() -> None:

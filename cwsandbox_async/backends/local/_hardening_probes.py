@@ -15,7 +15,8 @@ local backend's ``_doctor`` to add to its section:
 - **timeout holds against its supervisor**: a command that stops and kills the sandbox's PID 1 (the
   process enforcing its timeout) and stops itself still ends at its timeout, and the next exec runs;
 - **supervisor out of reach**: a command's ``prlimit`` of PID 1's limits, ``setpriority`` and
-  ``sched_setaffinity`` of PID 1 fail with EPERM, an ``AF_VSOCK`` socket with EAFNOSUPPORT, and the
+  ``sched_setaffinity`` of PID 1, and ``SIGSTOP`` to its own child fail with EPERM, an ``AF_VSOCK``
+  socket with EAFNOSUPPORT, and the
   sandbox's own inotify bound (``agent.harden.USER_LIMITS``) is in place.
 
 A probe never raises for a protection that does not hold (that is a ``FAIL``); an exception escaping
@@ -188,7 +189,7 @@ async def _supervisor(sb: Any) -> Check:
 
 
 REACH_PROBE = """
-import errno, json, os, resource, socket
+import errno, json, os, resource, signal, socket, time
 out = {}
 def attempt(name, f):
     try:
@@ -201,6 +202,13 @@ attempt("prlimit", lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (3, hard)
 attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19))
 attempt("sched_setaffinity", lambda: os.sched_setaffinity(1, {min(os.sched_getaffinity(0))}))
 attempt("vsock", lambda: socket.socket(40, socket.SOCK_STREAM).close())
+kid = os.fork()
+if kid == 0:
+    time.sleep(30)
+    os._exit(0)
+attempt("stop a process", lambda: os.kill(kid, signal.SIGSTOP))
+os.kill(kid, signal.SIGKILL)
+os.waitpid(kid, 0)
 with open("/proc/sys/user/max_inotify_instances") as f:
     out["inotify"] = f.read().strip()
 print(json.dumps(out))
@@ -208,7 +216,10 @@ print(json.dumps(out))
 
 
 async def _reach(sb: Any) -> Check:
-    how = "prlimit, setpriority and sched_setaffinity of PID 1, an AF_VSOCK socket, the inotify bound, from inside"
+    how = (
+        "prlimit, setpriority and sched_setaffinity of PID 1, SIGSTOP to a process, an AF_VSOCK socket,"
+        " the inotify bound, from inside"
+    )
     if _MACHINE not in seccomp.AUDIT_ARCH:
         return "supervisor out of reach", WARN, f"no filter for {_MACHINE}: PID 1 can be re-limited", how
     r = await sb.exec(["python3", "-I", "-c", REACH_PROBE], timeout_seconds=30)
@@ -216,7 +227,8 @@ async def _reach(sb: Any) -> Check:
         out = json.loads(r.stdout)
     except ValueError:
         return "supervisor out of reach", FAIL, f"the probe did not run: {r.stderr.strip()[-200:]}", how
-    want = {"prlimit": "EPERM", "setpriority": "EPERM", "sched_setaffinity": "EPERM", "vsock": "EAFNOSUPPORT"}
+    want = {"prlimit": "EPERM", "setpriority": "EPERM", "sched_setaffinity": "EPERM", "stop a process": "EPERM"}
+    want["vsock"] = "EAFNOSUPPORT"
     want["inotify"] = harden.USER_LIMITS["max_inotify_instances"]
     wrong = sorted(f"{k}: {out.get(k)}" for k, v in want.items() if out.get(k) != v)
     if wrong:
@@ -224,7 +236,7 @@ async def _reach(sb: Any) -> Check:
     return (
         "supervisor out of reach",
         OK,
-        "PID 1 cannot be re-limited, reniced or pinned; no vsock; own inotify bound",
+        "PID 1 cannot be re-limited, reniced or pinned; no process can be stopped; no vsock; own inotify bound",
         how,
     )
 

@@ -30,7 +30,8 @@ How its facts are decided:
   stderr. An exclusive exec starts only once every other process of the sandbox is gone, and
   nothing else starts until it ended (file operations excepted);
 - a file helper that something stopped (``SIGSTOP``, seen with ``WSTOPPED``) is killed at once,
-  so no process of the sandbox can hold a file operation up.
+  so no process of the sandbox can hold a file operation up (the seccomp filter refuses every stop
+  signal, so this only happens in a sandbox without it).
 """
 
 from __future__ import annotations

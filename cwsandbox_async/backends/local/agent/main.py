@@ -10,7 +10,8 @@
 
 Order at the start of ``run``, before any order is read: the unprivileged hardening (a fresh
 session keyring, then the seccomp filter, last), then ``HELLO``, which reports what the hardening
-did (``hardening``).
+did (``hardening``). A sandbox whose filter is not installed does not use the native spawner
+(``execs.Execs.spawn``): nothing would keep a command from stopping its vfork child.
 """
 
 from __future__ import annotations
@@ -41,11 +42,9 @@ def run(config: dict[str, Any], fd: int, cgroup: dict[str, Any] | None = None) -
     """Serve the driver on the channel ``fd`` until it goes away; never returns."""
     from . import init, settings
 
-    info = {
-        "hardening": harden.apply_unprivileged(seccomp=bool(config.get("seccomp", True))),
-        "cpus": cpus_for(config),
-        "cgroup": dict(cgroup or {}),
-    }
+    hardening = harden.apply_unprivileged(seccomp=bool(config.get("seccomp", True)))
+    info = {"hardening": hardening, "cpus": cpus_for(config), "cgroup": dict(cgroup or {})}
+    config["spawner"] = usable_spawner(config, hardening)
     stamps = config.get("stamps")
     if isinstance(stamps, dict):
         stamps["hardened"] = time.monotonic()
@@ -56,6 +55,15 @@ def run(config: dict[str, Any], fd: int, cgroup: dict[str, Any] | None = None) -
 
         traceback.print_exc()
     os._exit(70)
+
+
+def usable_spawner(config: dict[str, Any], hardening: dict[str, str]) -> str | None:
+    """``config["spawner"]`` when the seccomp filter is installed, else None (every exec forks PID 1).
+
+    The spawner starts as a vfork child of PID 1, and PID 1 waits in the kernel until it ``execve``s:
+    only the filter (``seccomp`` item 6) keeps a command from stopping that child, and PID 1 with it."""
+    spawner = config.get("spawner")
+    return str(spawner) if spawner and hardening.get("seccomp") == "installed" else None
 
 
 def preload(config: dict[str, Any]) -> None:

@@ -54,10 +54,18 @@ fork and execve, and cannot be removed). What it does, in order:
 5. **Socket families allow-listed:** ``socket`` and ``socketpair`` for ``AF_UNIX``, ``AF_INET``,
    ``AF_INET6`` and ``AF_NETLINK`` only; any other family fails with EAFNOSUPPORT (``AF_VSOCK``
    is not isolated by a network namespace: on a VM it reaches the host's services).
-6. ``clone3`` fails with **ENOSYS** (its flags are in memory a filter cannot read),
+6. **No process stops another:** ``kill``, ``tkill``, ``tgkill``, ``rt_sigqueueinfo``,
+   ``rt_tgsigqueueinfo`` and ``pidfd_send_signal`` with a stop signal (``SIGSTOP``, ``SIGTSTP``,
+   ``SIGTTIN``, ``SIGTTOU``) fail with EPERM, whatever the target (the caller itself too: a filter
+   cannot tell). PID 1 starts a command with ``posix_spawn``, a ``vfork``: PID 1 waits, inside the
+   kernel, until its child has ``execve``d, and that child, for those few microseconds a process of
+   the sandbox's user, could be stopped by any command (``kill -STOP -1`` in a loop): PID 1 would then
+   wait forever and report nothing, not even the stopper's own timeout. Every other signal is
+   allowed (``SIGKILL`` and ``SIGCONT`` included); the cost is job control (``kill -STOP``, ``^Z``).
+7. ``clone3`` fails with **ENOSYS** (its flags are in memory a filter cannot read),
    so the C library falls back to ``clone``, which step 3 checks -- Docker does the same.
 
-Not denied (Docker allows them too): ``kill`` (signals
+Not denied (Docker allows them too): ``kill`` with any other signal (signals
 stay inside the sandbox's PID namespace), SysV IPC (bounded by sysctls, see
 ``harden``), ``seccomp`` itself (a program may only add stricter filters).
 Machines other than x86_64 and aarch64 get no filter; ``install`` says why.
@@ -160,6 +168,16 @@ SELF_ONLY: dict[str, tuple[int, int]] = {
     "sched_setparam": (142, 118),
     "sched_setattr": (314, 274),
 }
+#: The calls that send a signal, with the index of their signal argument (``STOP_SIGNALS`` are denied).
+SIGNAL_SENDERS: dict[str, tuple[tuple[int, int], int]] = {
+    "kill": ((62, 129), 1),
+    "tkill": ((200, 130), 1),
+    "tgkill": ((234, 131), 2),
+    "rt_sigqueueinfo": ((129, 138), 1),
+    "rt_tgsigqueueinfo": ((297, 240), 2),
+    "pidfd_send_signal": ((424, 424), 1),
+}
+STOP_SIGNALS = (19, 20, 21, 22)  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU (the same numbers on both machines)
 PRLIMIT64 = (302, 261)
 SETPRIORITY = (141, 140)
 IOPRIO_SET = (251, 30)
@@ -182,6 +200,7 @@ RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
 _OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG1, _OFF_ARG2 = 0, 4, 16, 24, 32  # struct seccomp_data: args' low words
+_OFF_ARGS = (_OFF_ARG0, _OFF_ARG1, _OFF_ARG2)
 _OFF_ARG2_HI = 36  # (little-endian) and the high word of the third
 _INSN = struct.Struct("=HBBI")
 SECCOMP_SET_MODE_FILTER = 1
@@ -245,7 +264,8 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
 
 
 def _others(col: int, deny: int) -> list[tuple[int, int, int, int]]:
-    """The checks that keep every process to itself: limits, priority, CPUs, I/O priority; and sockets.
+    """The checks that keep every process to itself: limits, priority, CPUs, I/O priority, stop
+    signals; and sockets.
 
     Each block starts by comparing the call's number (in A) and ends in returns, so A holds the
     number again for the block after it."""
@@ -275,6 +295,12 @@ def _others(col: int, deny: int) -> list[tuple[int, int, int, int]]:
             _stmt(_RET, deny),
             allow,
         ]
+    stops = []  # a signal is an int: its low word is all of it
+    for signo in STOP_SIGNALS:
+        stops += [_jump(_JEQ, signo, 0, 1), _stmt(_RET, deny)]
+    stops.append(allow)
+    for numbers, arg in SIGNAL_SENDERS.values():
+        out += [_jump(_JEQ, numbers[col], 0, len(stops) + 1), _stmt(_LD_W_ABS, _OFF_ARGS[arg]), *stops]
     families = []
     for family in SOCKET_FAMILIES:
         families += [_jump(_JEQ, family, 0, 1), allow]
