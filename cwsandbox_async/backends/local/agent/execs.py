@@ -13,7 +13,9 @@ operations are execs of a helper that starts nothing: no sampling, no leftovers,
 
 How its facts are decided:
 
-- **timed out**: PID 1 killed it at its deadline, or it ended past it (checked where it ends);
+- **timed out**: PID 1 killed it at its deadline, or it ended past it (checked where it ends); the
+  clock (its wall time and deadline) starts when the fork or spawn has returned, so a start the
+  kernel held up is not the program's time;
 - **CPU budget exceeded** likewise, from the samples, or from the CPU time at the end, or the
   command died of ``SIGXCPU`` under the sandbox's ``RLIMIT_CPU`` (the kernel's verdict, taken as it
   is: it counts whole clock ticks, not the exact runtime reported, see ``rlimit_cpu_killed``). An exec's
@@ -228,11 +230,15 @@ class Execs:
             self.drop(ex, R_DONE, protocol.N_NO_PROCESS, protocol.SPAWN_FAILED)
             return
         ex.close_fds()
-        ex.pid, ex.start = pid, now
+        # The exec's clock starts once its process exists: a fork can be held in the kernel for seconds
+        # on a loaded machine (6.1 s seen: a cgroup lock behind a slow RCU grace period), the platform's
+        # time, in no process of the exec's tree, so neither its wall nor its run-queue wait would show it.
+        start = time.monotonic()
+        ex.pid, ex.start = pid, start
         self.by_pid[pid] = ex
         if not ex.is_file:
-            ex.deadline = now + ex.timeout if ex.timeout else float("inf")
-            ex.next_sample = now + self.settings.sample_interval
+            ex.deadline = start + ex.timeout if ex.timeout else float("inf")
+            ex.next_sample = start + self.settings.sample_interval
 
     def spawn(self, ex: Exec) -> int:
         """A command through the native spawner (``spawn.c``): ``posix_spawn``, a vfork of PID 1 that
@@ -441,7 +447,7 @@ class Execs:
         if ex.sandbox_cpu is not None and ex.sandbox_cpu_at is not None:
             now_cpu = self.sandbox_cpu.read()
             if now_cpu is not None:  # plus what the sandbox could have used before a late start reading
-                sandbox = now_cpu - ex.sandbox_cpu + (ex.sandbox_cpu_at - ex.start) * self.cpus
+                sandbox = now_cpu - ex.sandbox_cpu + max(0.0, ex.sandbox_cpu_at - ex.start) * self.cpus
         self.report(ex.rid, R_DONE, ex.note, rc, flags, wall, ex.cpu, wait, sandbox)
 
     def rlimit_cpu_killed(self, ex: Exec, rc: int) -> bool:
