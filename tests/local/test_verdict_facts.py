@@ -163,10 +163,16 @@ async def test_a_program_starved_by_a_neighbour_shows_run_queue_wait(backend: Lo
     heavy = LocalBackend(cpu_weight=10000)
     victim, hog = await new_box(backend, tag), await new_box(heavy, tag)
     try:
-        procs = " ".join(f"python3 -c '{BUSY.format(s=8)}' &" for _ in range(12))
+        # Each hog process says it is up before it spins (until cancelled): the victim starts only once all
+        # 12 are busy. A fixed head start was not enough at load: the hog's forks were held up too, and the
+        # victim ran with the machine to itself (1.66 s of CPU in 2 s).
+        up = 'import os\nopen("/tmp/up.%d" % os.getpid(), "w").close()\n'
+        spin = up + BUSY.format(s=HANG_GUARD_SECONDS)
+        procs = " ".join(f"python3 -c '{spin}' &" for _ in range(12))
         async with anyio.create_task_group() as tg:
             tg.start_soon(hog.sh, procs + " wait")
-            await anyio.sleep(0.5)
+            ready = "until [ $(ls /tmp | grep -c '^up[.]') -ge 12 ]; do sleep 0.05; done"
+            assert (await hog.sh(ready, timeout=HANG_GUARD_SECONDS)).returncode == 0
             r = await victim.py(BUSY.format(s=10), timeout=2)
             tg.cancel_scope.cancel()
         assert r.timed_out and r.cpu_wait_seconds is not None
