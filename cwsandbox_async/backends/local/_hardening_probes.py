@@ -227,9 +227,14 @@ async def _reach(sb: Any) -> Check:
         out = json.loads(r.stdout)
     except ValueError:
         return "supervisor out of reach", FAIL, f"the probe did not run: {r.stderr.strip()[-200:]}", how
-    want = {"prlimit": "EPERM", "setpriority": "EPERM", "sched_setaffinity": "EPERM", "stop a process": "EPERM"}
-    want["vsock"] = "EAFNOSUPPORT"
-    want["inotify"] = harden.USER_LIMITS["max_inotify_instances"]
+    want = {
+        "prlimit": "EPERM",
+        "setpriority": "EPERM",
+        "sched_setaffinity": "EPERM",
+        "stop a process": "EPERM",
+        "vsock": "EAFNOSUPPORT",
+        "inotify": harden.USER_LIMITS["max_inotify_instances"],
+    }
     wrong = sorted(f"{k}: {out.get(k)}" for k, v in want.items() if out.get(k) != v)
     if wrong:
         return "supervisor out of reach", FAIL, f"not held: {', '.join(wrong)}", how
