@@ -19,9 +19,9 @@ run in, against the floor's lifecycle (the same fork + unshare, whose first chil
 ``true``), alternating: this process joins a cpuacct group of its own before the session starts, so
 the template and every sandbox cgroup are counted in it; the floor's helper is in a sibling group.
 Split by process: the driver (``getrusage``, minus our own readings), the template and PID 1
-(``schedstat``), the newborn's and the exec child's share (the sandbox cgroup's ``cpuacct.usage``
-after the birth and after the exec, less PID 1's own), and the rest (the newborn before its cgroups,
-PID 1's death); PID 1's share is split at its hello, so what serving the exec costs it shows apart,
+(``schedstat``; PID 1 is the template's one fork, so its figure covers the whole birth), the exec
+child's share (the sandbox cgroup's ``cpuacct.usage`` over the exec, less PID 1's own), and the rest
+(PID 1's death); PID 1's share is split at its hello, so what serving the exec costs it shows apart,
 and the exec's CPU (PID 1 serving it + its child) is set against a plain host spawn of ``true``
 (fork + execve + wait, in the floor's helper, same run). Skipped where there is no writable cgroup v1 cpuacct hierarchy.
 Writes ``benchmarks/out/birth.json`` (headline: ``create_p50_ratio``, ``create_p99_ratio``,
@@ -120,12 +120,12 @@ class Baseline:
 #: (name, from stamp, to stamp) of a birth's steps; "d:" stamps are the driver's, "s:" the sandbox's.
 STEPS = (
     ("driver asks the template to fork", "d:start", "d:fork_sent"),
-    ("template forks the newborn", "d:fork_sent", "s:c_forked"),
+    ("template forks the newborn, PID 1 of its pid namespace", "d:fork_sent", "s:c_forked"),
     ("driver: registry, cgroups, their fds (thread)", "d:start", "d:prepared"),
     ("newborn waits for its configuration", "s:c_forked", "s:c_configured"),
-    ("newborn joins cgroups, enters namespaces", "s:c_configured", "s:c_entered"),
-    ("newborn forks PID 1", "s:c_entered", "s:g_forked"),
-    ("PID 1: mounts, hostname, read-only root", "s:g_forked", "s:g_mounted"),
+    ("newborn: namespaces, its /proc, its uid and id maps", "s:c_configured", "s:c_entered"),
+    ("newborn: its cgroups' fds awaited, joined", "s:c_entered", "s:c_joined"),
+    ("PID 1: born record, mounts, hostname, read-only root", "s:c_joined", "s:g_mounted"),
     ("PID 1: capabilities, keyring, seccomp", "s:g_mounted", "s:hardened"),
     ("PID 1: its loop, hello sent", "s:hardened", "s:hello"),
     ("hello reaches the driver", "s:hello", "d:hello"),
@@ -163,11 +163,10 @@ def stats_ms(values: list[float]) -> dict[str, float]:
 CPU_PARTS = (
     ("driver", "driver (this process: event loop, worker threads; our own readings subtracted)"),
     ("template", "template: its own CPU"),
-    ("newborn_in_cgroup", "newborn after joining the sandbox's cgroup (enters namespaces, forks PID 1)"),
-    ("pid1_birth", "sandbox PID 1 until its hello (mounts, hardening, its loop)"),
+    ("pid1_birth", "sandbox PID 1 from the template's fork until its hello (namespaces, cgroups, mounts, hardening)"),
     ("pid1_exec", "sandbox PID 1 serving the exec (the order, the fork or spawn, the reap, the report)"),
     ("exec_child", "exec child (from PID 1's fork or spawn until `true` exits)"),
-    ("rest", "rest: newborn before its cgroups, PID 1's death after SIGKILL (address space torn down)"),
+    ("rest", "rest: PID 1's death after SIGKILL (its address space torn down)"),
 )
 
 
@@ -224,7 +223,6 @@ async def cpu_blocks(
         ours_total += u1 - u0
         parts["driver"] += d1 - d0
         parts["template"] += t1 - t0
-        parts["newborn_in_cgroup"] += s0 - p0
         parts["pid1_birth"] += p0
         parts["pid1_exec"] += p1 - p0
         parts["exec_child"] += (s1 - s0) - (p1 - p0)

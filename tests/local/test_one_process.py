@@ -1,4 +1,4 @@
-"""A sandbox at rest is one process, its PID 1, and an idle PID 1 sleeps.
+"""A sandbox at rest is one process, its PID 1, born in one fork of the template; an idle PID 1 sleeps.
 
 Nothing is kept for later requests: no template, no worker (each would cost 1-2 MiB per sandbox).
 Every exec is one fork of PID 1, gone with its exec.
@@ -6,6 +6,7 @@ Every exec is one fork of PID 1, gone with its exec.
 
 from __future__ import annotations
 
+import fcntl
 import os
 
 import anyio
@@ -14,6 +15,9 @@ from proctree import descendants
 from .conftest import local_session, requires_isolation, wait_until
 
 pytestmark = requires_isolation
+
+#: ``ioctl(2)`` on a namespace file: a descriptor of the user namespace that owns it.
+NS_GET_USERNS = 0xB701
 
 
 def cpu_seconds(pid: int) -> float:
@@ -38,6 +42,47 @@ async def test_a_sandbox_is_one_process_before_and_after_a_burst(tag: str) -> No
         await sb.write_file("/workspace/f", b"x")
         assert await sb.read_file("/workspace/f") == b"x"
         assert descendants(root) == set()  # file helpers are gone with their operation too
+
+
+def ns_inode(pid: int, kind: str) -> int:
+    return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+
+
+def pid_ns_owner(pid: int) -> int:
+    """The inode of the user namespace owning ``pid``'s pid namespace."""
+    fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    try:
+        owner = fcntl.ioctl(fd, NS_GET_USERNS)
+    finally:
+        os.close(fd)
+    try:
+        return os.fstat(owner).st_ino
+    finally:
+        os.close(owner)
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
+
+
+async def test_a_sandbox_is_born_in_one_fork_of_the_template(tag: str) -> None:
+    """PID 1 is the template's own child, born into a pid namespace the template made for it: one owned
+    by the template's user namespace. A newborn that made the pid namespace itself, in the sandbox's
+    user namespace, and then forked PID 1 into it (a second fork) would leave it owned by the sandbox's."""
+    async with local_session(tag) as s:
+        sb = await s.sandbox()
+        root = s.backend._boxes[sb.sandbox_id].pid  # type: ignore[attr-defined]
+        assert root is not None
+        template = parent_of(root)  # the template proper, Z, a child of the process the driver started
+        assert parent_of(template) == s.backend._template.pid  # type: ignore[attr-defined]
+        assert ns_inode(root, "pid") != ns_inode(template, "pid")
+        assert ns_inode(root, "user") != ns_inode(template, "user")
+        assert pid_ns_owner(root) == ns_inode(template, "user")
+        # Its /proc is its own pid namespace's, and stays: a mount locked in its mount namespace.
+        r = await sb.exec(["sh", "-c", "umount /proc || echo refused"])
+        assert r.stdout == "refused\n"
+        assert (await sb.exec(["cat", "/proc/1/status"])).stdout.count("NSpid:\t1\n") == 1
 
 
 async def test_an_idle_pid_1_uses_no_cpu(tag: str) -> None:

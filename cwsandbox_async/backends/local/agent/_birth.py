@@ -9,19 +9,27 @@ and its stderr pipe). **The template never reads a channel**: nothing a request 
 sandbox's configuration, ever exists in its memory. It reaps its children and exits when the driver
 closes the control socket.
 
-The child, C, reads the birth configuration from its channel (one message the driver sent with
-the fork request), creates the mount points it needs, becomes the sandbox's own uid of the
-template's namespace (a distinct host uid per sandbox when the driver is root), enters new user,
-mount, uts, ipc, pid and (unless ``network``) net namespaces and maps the sandbox's uid/gid inside to
-itself -- while the driver creates the sandbox's cgroups. Then it reads the second message (the
-cgroups' file descriptors as SCM_RIGHTS, and the agent's configuration), joins the cgroups, enters a
-cgroup namespace rooted there, forks G and exits. G is PID 1 of the
-sandbox: when it exits the kernel kills everything else in the sandbox. G sends the driver a pidfd
-of itself (the "born" record), mounts the sandbox's own ``/proc``, ``/tmp``, working directory,
-``/dev/shm`` and ``/dev/pts``, sets the hostname, brings up loopback, makes the root read-only, forbids
-further user namespaces, drops every capability (``NoNewPrivs``) and becomes the agent, in process.
+The template makes each newborn PID 1 of a pid namespace of its own with its one fork: it
+``unshare``s a new pid namespace for its next child, forks, and returns to its own with ``setns``.
+That pid namespace is owned by the template's user namespace, so it is the newborn, N, while still
+uid 0 there, that mounts the sandbox's ``/proc`` (in a mount namespace of its own) before it enters
+the sandbox's user namespace: from then on that ``/proc`` is a locked mount nothing inside can
+remove, and no process inside may mount another (the kernel asks for ``CAP_SYS_ADMIN`` over the
+pid namespace's owner).
 
-Any failure in C or G is printed to the sandbox's stderr pipe and ends it (status 71); the driver
+N reads the birth configuration from its channel (one message the driver sent with the fork
+request), creates the mount points it needs, enters a new IPC and mount namespace, mounts its
+``/proc``, becomes the sandbox's own uid of the template's namespace (a distinct host uid per sandbox
+when the driver is root), enters new user, mount, uts and (unless ``network``) net namespaces and
+maps the sandbox's uid/gid inside to itself -- while the driver creates the sandbox's cgroups. Then
+it reads the second message (the cgroups' file descriptors as SCM_RIGHTS, and the agent's
+configuration), joins the cgroups and enters a cgroup namespace rooted there. N is PID 1 of the
+sandbox: when it exits the kernel kills everything else in the sandbox. It sends the driver a pidfd
+of itself (the "born" record), mounts the sandbox's ``/tmp``, working directory, ``/dev/shm`` and
+``/dev/pts``, sets the hostname, brings up loopback, makes the root read-only, forbids further user
+namespaces, drops every capability (``NoNewPrivs``) and becomes the agent, in process.
+
+Any failure in N is printed to the sandbox's stderr pipe and ends it (status 71); the driver
 reports it as a creation error with that text.
 """
 
@@ -50,7 +58,7 @@ if TYPE_CHECKING:
 
 #: The ``F`` message: fork a sandbox; its SCM_RIGHTS carry (channel socket, stderr pipe).
 FORK = b"F"
-#: What G sends first on its channel: ``B`` with a pidfd of itself as SCM_RIGHTS.
+#: What N sends first on its channel: ``B`` with a pidfd of itself as SCM_RIGHTS.
 BORN = b"B"
 MAX_BIRTH_FDS = 16
 PR_CAPBSET_DROP = 24
@@ -78,6 +86,7 @@ class _CapData(ctypes.Structure):
 # -- the template ----------------------------------------------------------------------------------
 def serve(ctl: socket.socket, config: dict[str, Any]) -> NoReturn:
     """Z's loop: fork a newborn per ``F`` message; exit when the driver closes the control socket."""
+    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     _preload(config)
     trouble = _check_spawner(config.get("spawner"))
     signal.signal(signal.SIGCHLD, _reap)
@@ -94,16 +103,42 @@ def serve(ctl: socket.socket, config: dict[str, Any]) -> NoReturn:
             for fd in fds:
                 os.close(fd)
             continue
-        try:
-            pid = os.fork()
-        except OSError:
-            pid = -1  # at a limit: closing the fds below tells the driver (its channel sees EOF)
+        pid = _fork_pid1(own_pid_ns, fds[1])  # -1 at a limit: closing the fds below tells the driver (EOF)
         if pid == 0:
             ctl.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _born(fds[0], fds[1])
         for fd in fds:
             os.close(fd)
+
+
+def _fork_pid1(own_pid_ns: int, err_fd: int) -> int:
+    """Fork a child that is PID 1 of a new pid namespace; its pid, 0 in it, -1 when refused (a limit,
+    said on ``err_fd``, the newborn's stderr pipe, for the driver's error).
+
+    ``unshare(CLONE_NEWPID)`` moves only the caller's *next* child into the new namespace, and may not
+    be repeated until the caller is back in its own (``setns``). A template that cannot return exits:
+    its next children would be born into a dead namespace, and the driver starts a new template."""
+    try:
+        _rootfs.unshare(_rootfs.CLONE_NEWPID)
+    except OSError as exc:
+        _say(err_fd, f"the template could not make a pid namespace: {exc.strerror or exc}")
+        return -1
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        _say(err_fd, f"the template could not fork: {exc.strerror or exc}")
+        pid = -1
+    if pid != 0 and _rootfs.libc.setns(own_pid_ns, _rootfs.CLONE_NEWPID) != 0:
+        os._exit(_rootfs.EXIT_SETUP_FAILED)
+    return pid
+
+
+def _say(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode() + b"\n")
+    except OSError:
+        pass
 
 
 def _preload(config: dict[str, Any]) -> None:
@@ -156,7 +191,7 @@ def _reap(signum: int, frame: FrameType | None) -> None:
 
 # -- one birth ---------------------------------------------------------------------------------------
 def _born(chan_fd: int, err_fd: int) -> NoReturn:
-    """C and then G (see the module docstring). Never returns."""
+    """N, the newborn (see the module docstring), PID 1 of its pid namespace. Never returns."""
     stamps = {"c_forked": time.monotonic()}
     try:
         os.dup2(err_fd, 2)
@@ -174,9 +209,6 @@ def _born(chan_fd: int, err_fd: int) -> NoReturn:
         config["birth"] = birth
         _join(config, fds)
         stamps["c_joined"] = time.monotonic()
-        if os.fork() != 0:
-            os._exit(0)  # C is done: G is PID 1 of the new namespaces, re-parented to the template
-        stamps["g_forked"] = time.monotonic()
         pidfd = os.pidfd_open(os.getpid())
         chan.sendmsg([BORN], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]).tobytes())])
         os.close(pidfd)
@@ -217,22 +249,29 @@ def _named_fds(names: dict[str, Any], fds: list[int]) -> dict[str, Any]:
 
 
 def _enter(birth: dict[str, Any]) -> None:
-    """C, before the driver's cgroups exist: mount points, the sandbox's uid, new namespaces, id maps."""
+    """N, before the driver's cgroups exist: mount points, ``/proc``, the sandbox's uid, new namespaces, id maps."""
     for path in birth.get("mkdirs") or ():
         os.makedirs(path, exist_ok=True)
-    # The IPC namespace first, while C is still uid 0 of the template's namespace: that namespace then
-    # owns it, so C may bound its SysV IPC (``harden.bound_sysv_ipc``) and the sandbox user, whose
+    # The IPC namespace first, while N is still uid 0 of the template's namespace: that namespace then
+    # owns it, so N may bound its SysV IPC (``harden.bound_sysv_ipc``) and the sandbox user, whose
     # namespace is a child of it, may not change the bounds (the kernel checks the euid against the
     # owning namespace's uid 0).
     _rootfs.unshare(_rootfs.CLONE_NEWIPC)
     harden.bound_sysv_ipc()
+    # The sandbox's /proc, also while uid 0 there: the template's user namespace owns N's pid namespace
+    # (see the module docstring), so only now may N mount it. In a mount namespace of its own, which the
+    # sandbox's (made with its user namespace below) copies, with this mount locked in it.
+    _rootfs.unshare(_rootfs.CLONE_NEWNS)
+    for step in birth["mounts"]:
+        if step[0] == "proc":
+            _rootfs.mount("proc", step[1], "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
     uid, gid = int(birth["uid"]), int(birth["gid"])
     if birth.get("setgroups"):
         os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     _rootfs.prctl(_rootfs.PR_SET_DUMPABLE, 1)  # a credential change made /proc/self root's; the maps need it ours
-    flags = _rootfs.CLONE_NEWUSER | _rootfs.CLONE_NEWNS | _rootfs.CLONE_NEWUTS | _rootfs.CLONE_NEWPID
+    flags = _rootfs.CLONE_NEWUSER | _rootfs.CLONE_NEWNS | _rootfs.CLONE_NEWUTS
     if not birth.get("network"):
         flags |= _rootfs.CLONE_NEWNET
     _rootfs.unshare(flags)
@@ -242,9 +281,9 @@ def _enter(birth: dict[str, Any]) -> None:
 
 
 def _join(config: dict[str, Any], fds: list[int]) -> None:
-    """C: join the sandbox's cgroups (fds the driver opened), then a cgroup namespace rooted there.
+    """N: join the sandbox's cgroups (fds the driver opened), then a cgroup namespace rooted there.
 
-    Before G exists, so it and everything it starts are born inside; the cgroup namespace last, so
+    Before N starts anything, so everything it starts is born inside; the cgroup namespace last, so
     inside the sandbox its own groups are ``/``."""
     for index in config.get("join") or ():
         os.write(fds[index], b"0")  # "0" is this process
@@ -253,12 +292,12 @@ def _join(config: dict[str, Any], fds: list[int]) -> None:
 
 
 def _settle(birth: dict[str, Any]) -> None:
-    """G: the sandbox's own mounts, hostname, loopback, read-only root, no nested user namespaces."""
+    """N, as the sandbox's root: its other mounts, hostname, loopback, read-only root, no nested user namespaces."""
     for step in birth["mounts"]:
         kind, path = step[0], step[1]
         if kind == "proc":
-            _rootfs.mount("proc", path, "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
-        elif kind == "tmpfs":
+            continue  # mounted by ``_enter``
+        if kind == "tmpfs":
             _rootfs.tmpfs(path, step[2], step[3])
         elif kind == "devpts":
             flags = _rootfs.MS_NOSUID | _rootfs.MS_NOEXEC
