@@ -187,7 +187,9 @@ class ExecExit:
       (read from the sandbox's memory cgroup, or the container status).
     - ``cpu_exceeded``: the command was killed for exceeding its CPU budget.
     - ``cpu_wait_seconds``: time the command's processes were runnable but waiting
-      for a CPU (run-queue delay); ``None`` when the backend cannot measure it.
+      for a CPU (run-queue delay), as wall time (processes that waited together
+      count once: never more than ``wall_seconds``); ``None`` when the backend
+      cannot measure it.
       The Sandbox layer uses it to tell a starved timeout from the program's own.
     - ``sandbox_cpu_seconds``: CPU time of everything in the sandbox during the
       command (its cgroup's usage), so CPU burnt by processes outside the

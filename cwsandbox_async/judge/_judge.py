@@ -328,19 +328,17 @@ class Judge:
                 first_missing = False
                 continue
             if suspect_starved(r):
-                r = await self._rerun(sb, step, case, r)
+                r, why = await self._rerun(sb, step, case, r)
                 if r is None:
-                    results.append(
-                        CaseResult(
-                            i, case.name, Verdict.STARVED, detail="its time ran out while it was starved of CPU, twice"
-                        )
-                    )
+                    detail = f"its time ran out while it was starved of CPU, twice; alone: {why}"
+                    results.append(CaseResult(i, case.name, Verdict.STARVED, detail=detail))
                     continue
             results.append(self._verdict(i, case, r, step, lang, report.oom_killed))
         return results
 
-    async def _rerun(self, sb: Sandbox, step: Step, case: TestCase, first: RawCase) -> RawCase | None:
-        """Run a case whose wall time ran out while it waited for a CPU again, alone: ``None`` when starved again.
+    async def _rerun(self, sb: Sandbox, step: Step, case: TestCase, first: RawCase) -> tuple[RawCase | None, str]:
+        """Run a case whose wall time ran out while it waited for a CPU again, alone: ``None`` when starved
+        again, with the sandbox's words for it (what CPU it got, how long it waited).
 
         Its wall budget is ``RERUN_WALL_FACTOR`` times the usual, so a busy program reaches its CPU
         limit (a certain time limit) even on a loaded machine; the exec's own timeout is its wall
@@ -348,13 +346,15 @@ class Judge:
         """
         budget = step.wall_seconds * RERUN_WALL_FACTOR
         alone = dataclasses.replace(step, wall_seconds=budget * 10)
+        why = ""
         for _ in range(self.starved_retries):
             report = await run_job(sb, step=alone, inputs=[[case.stdin_bytes()]], exec_timeout_seconds=budget + 1.0)
             if report.cases:
-                return report.cases[0]
+                return report.cases[0], ""
             if report.ended != Ended.STARVED:
-                return _timed_out(first)
-        return None
+                return _timed_out(first), ""
+            why = report.detail
+        return None, why
 
     def _verdict(self, i: int, case: TestCase, r: RawCase, step: Step, lang: Language, exec_oom: bool) -> CaseResult:
         facts: dict[str, Any] = {

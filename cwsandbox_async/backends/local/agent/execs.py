@@ -328,8 +328,8 @@ class Execs:
 
     def sample(self, ex: Exec, now: float) -> None:
         if ex.sampler is None:
-            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice, self.affinity)
-        ex.sampler.sample()
+            ex.sampler = proctree.TreeSampler(ex.pid, self.cpus, self.nice, self.affinity, ex.start)
+        ex.sampler.sample(now)
         ex.next_sample = now + self.settings.sample_interval
         if ex.budget and not ex.cpu_exceeded:
             used = ex.sampler.cpu()
@@ -358,7 +358,7 @@ class Execs:
                     proctree.kill_quietly(pid, signal.SIGKILL)
                 continue  # a stopped command is its own business: its timeout still holds
             if ex is not None and ex.sampler is not None:
-                ex.sampler.sample()  # a zombie now: its last figures are still readable
+                ex.sampler.sample(time.monotonic())  # a zombie now: its last figures are still readable
             try:
                 _, status, usage = os.wait4(pid, os.WNOHANG)
             except ChildProcessError:

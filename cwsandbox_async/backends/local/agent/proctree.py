@@ -8,7 +8,12 @@
   ``wait4`` (the command's and every leftover's rusage, see ``execs``).
 - **Run-queue wait** (``cpu_wait``): from ``/proc/PID/task/TID/schedstat``, the
   time each task of the tree spent runnable but not running, as last seen (a
-  task that exits between two samples loses at most one interval). Two
+  task that exits between two samples loses at most one interval), counted as
+  wall time: the wait the tree's tasks gained between two samples counts at most
+  the time between them. Tasks that wait together waited once: 30 processes of
+  a program queued at its start for a tenth of a second waited a tenth of a
+  second, not three (a sum over tasks would exceed the wall time of a program
+  that then sleeps, and make its own timeout look starved). Two
   corrections keep a program from manufacturing "starvation":
 
   * tasks that lowered their own priority (nice above PID 1's, or a
@@ -206,19 +211,23 @@ class SandboxCpu:
 class TreeSampler:
     """Samples the tree of ``root`` (a command, a subreaper: its whole tree is below it); see the module docstring."""
 
-    __slots__ = ("affinity", "cpus", "live_cpu", "nice", "root", "sampled", "wait")
+    __slots__ = ("affinity", "cpus", "held", "last", "live_cpu", "nice", "root", "sampled", "total", "wait")
 
-    def __init__(self, root: int, cpus: float, nice: int, affinity: int = 0) -> None:
+    def __init__(self, root: int, cpus: float, nice: int, affinity: int = 0, start: float = 0.0) -> None:
         self.root = root
         self.cpus = cpus
         self.nice = nice  # PID 1's: a task above it lowered its own priority
         self.affinity = affinity  # how many CPUs PID 1 may use: a task with fewer narrowed its own
         self.wait: dict[int, int] = {}  # tid -> run-queue wait (ns) last seen
+        self.total = 0  # their sum at the last sample (ns)
+        self.held = 0.0  # the tree's wait as wall time (s): each interval's gain, at most its length
+        self.last = start  # ``time.monotonic()`` of the last sample (the exec's start before the first)
         self.live_cpu = 0.0
         self.sampled = False
 
-    def sample(self) -> None:
-        """Read the tree's CPU time and every counted task's wait (``root`` included, even as a zombie)."""
+    def sample(self, now: float) -> None:
+        """Read the tree's CPU time and every counted task's wait (``root`` included, even as a zombie);
+        ``now`` is ``time.monotonic()``, taken just before."""
         self.sampled = True
         ticks = 0
         try:
@@ -248,6 +257,11 @@ class TreeSampler:
                 except (OSError, IndexError, ValueError):
                     continue
         self.live_cpu = ticks / CLK_TCK
+        total = sum(self.wait.values())
+        # A task dropped for lowering its priority takes its wait with it: the gain is then smaller than
+        # what the others gained, never larger.
+        self.held += min(max(0, total - self.total) / 1e9, max(0.0, now - self.last))
+        self.total, self.last = total, now
 
     def _pinned(self, tid: int) -> bool:
         if not self.affinity:
@@ -266,5 +280,4 @@ class TreeSampler:
         None when the tree was never sampled (a command that ended within one sample interval)."""
         if not self.sampled:
             return None
-        waited = sum(self.wait.values()) / 1e9
-        return round(max(0.0, min(waited, self.cpus * wall - cpu)), 6)
+        return round(max(0.0, min(self.held, wall, self.cpus * wall - cpu)), 6)
