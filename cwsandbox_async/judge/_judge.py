@@ -330,7 +330,7 @@ class Judge:
             if suspect_starved(r):
                 r, why = await self._rerun(sb, step, case, r)
                 if r is None:
-                    detail = f"its time ran out while it was starved of CPU, twice; alone: {why}"
+                    detail = "its time ran out while it was starved of CPU, twice" + (f"; alone: {why}" if why else "")
                     results.append(CaseResult(i, case.name, Verdict.STARVED, detail=detail))
                     continue
             results.append(self._verdict(i, case, r, step, lang, report.oom_killed))

@@ -213,7 +213,7 @@ class TreeSampler:
 
     __slots__ = ("affinity", "cpus", "held", "last", "live_cpu", "nice", "root", "sampled", "total", "wait")
 
-    def __init__(self, root: int, cpus: float, nice: int, affinity: int = 0, start: float = 0.0) -> None:
+    def __init__(self, root: int, cpus: float, nice: int, affinity: int, start: float) -> None:
         self.root = root
         self.cpus = cpus
         self.nice = nice  # PID 1's: a task above it lowered its own priority
