@@ -11,6 +11,7 @@ import ctypes
 import os
 import platform
 import resource
+import signal
 import time
 
 import anyio
@@ -250,13 +251,29 @@ async def test_a_supervisor_that_cannot_read_proc_kills_everything_at_the_timeou
         assert (await a.victim.exec(["echo", "after"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "after\n"
 
 
-@pytest.mark.parametrize("how", ["exits", "killed"])
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
+
+
+#: How long the template is held stopped after PID 1 is killed (``killed, reaped late``): longer
+#: than the driver used to look for the evidence (2 s), so that it must wait for it.
+REAPER_HELD_SECONDS = 3.0
+
+
+@pytest.mark.parametrize("how", ["exits", "killed", "killed, reaped late"])
 async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str, how: str) -> None:
     """PID 1 giving up (exiting: here its poll fails once its NOFILE limit is below its descriptors,
     what a command's prlimit did before the filter) is the program's failure; PID 1 killed by a signal,
-    which nothing inside can send it, is infrastructure. Every later call says the same."""
+    which nothing inside can send it, is infrastructure. Every later call says the same.
+
+    The evidence is PID 1's wait status, there once the template reaped it: on a stalled machine that
+    is late, and the verdict waits for it (``killed, reaped late`` holds the template stopped, as a
+    starved one is, well past the moment the channel closed)."""
     async with arena(tag) as a:
         pid = a.host_pid(a.victim)
+        reaper = parent_of(pid)  # the template's serving process
+        resumed: list[float] = []
         async with anyio.create_task_group() as tg:
 
             async def strike() -> None:
@@ -264,14 +281,25 @@ async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str,
                 if how == "exits":
                     hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
                     resource.prlimit(pid, resource.RLIMIT_NOFILE, (1, hard))
-                else:
+                elif how == "killed":
                     os.kill(pid, 9)
+                else:
+                    os.kill(reaper, signal.SIGSTOP)
+                    try:
+                        os.kill(pid, 9)
+                        await anyio.sleep(REAPER_HELD_SECONDS)
+                    finally:
+                        resumed.append(time.monotonic())
+                        os.kill(reaper, signal.SIGCONT)
 
             tg.start_soon(strike)
             with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxNotRunningError) as info:
                 await a.victim.exec(["sleep", str(LONG_SECONDS)], timeout_seconds=LONG_SECONDS)
-        want = how == "killed"
+        failed_at = time.monotonic()
+        want = how != "exits"
         assert info.value.infrastructure is want, info.value
+        if resumed:
+            assert failed_at >= resumed[0], "the call failed before the template could reap PID 1"
         assert ("killed by signal 9" if want else "exited with status") in str(info.value)
         for _ in range(2):
             with pytest.raises(cwa.SandboxNotRunningError) as later:

@@ -58,8 +58,10 @@ STDERR_TAIL = 16 * 1024
 #: Payloads this large or larger are copied into (or out of) memfds in a worker thread.
 INLINE_BYTES = 1 << 20
 _MAX_MESSAGE = 4096  # a report is 44 bytes, the hello a few hundred
-#: How long a call that found the channel broken waits to learn how PID 1 ended.
-DEATH_WAIT = 2.0
+#: How long a call that found the channel broken waits at most to learn how PID 1 ended: a hang
+#: guard, not a verdict's timing. The evidence comes once PID 1 is reaped (``_link``), milliseconds
+#: after its channel closed on an idle machine, later on a busy or stalled one; the wait ends then.
+DEATH_WAIT = 30.0
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
 
 
@@ -213,10 +215,16 @@ class AgentChannel:
         self.ended.set()
 
     async def _dead(self) -> SandboxNotRunningError:
-        """``dead_error`` once it is known how PID 1 ended (waited for a little: its channel closes
-        just before it is gone)."""
+        """``dead_error`` once it is known how PID 1 ended (its channel closes just before it is gone,
+        and the template reaps it after that)."""
         with anyio.move_on_after(DEATH_WAIT):
             await self.ended.wait()
+        if not self.ended.is_set():
+            log.warning(
+                "sandbox_exit_status_unknown",
+                sandbox_id=self.sandbox_id,
+                reason=f"its first process had not ended {DEATH_WAIT:g} s after its channel closed",
+            )
         return self.dead_error()
 
     def stderr_data(self, data: bytes) -> None:

@@ -12,8 +12,11 @@ three (idempotent). Signals go through the pidfd, so a recycled pid is never sig
 
 How the first process ended is the evidence that says whose failure a dead sandbox is
 (``AgentChannel.dead_error``): its wait status, from ``waitid`` for a child of ours, else from the
-pidfd once the template reaped it (``PIDFD_GET_INFO`` with ``PIDFD_INFO_EXIT``, Linux 6.15+; looked
-for a little while, as the template reaps it a moment after the pidfd turns readable). Nothing inside
+pidfd once the template reaped it (``PIDFD_GET_INFO`` with ``PIDFD_INFO_EXIT``, Linux 6.15+). The
+template reaps it a moment after the pidfd turns readable, and that moment is looked for until it
+comes, however late a busy or stalled machine makes it: a verdict never depends on how soon the
+template ran. ``STATUS_GUARD`` only ends the wait for a reaper that never reaps (a template stopped
+from outside), which is said at WARNING. Nothing inside
 a sandbox can send its PID 1 a signal, so a death by a signal came from outside (the host's OOM
 killer, an operator, the template's end); an exit with a status is PID 1 giving up on what its
 programs did.
@@ -28,10 +31,12 @@ import os
 import signal
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 import anyio
 
+from ..._log import log
 from ._channel import AgentChannel
 from ._threads import Blocking
 
@@ -41,9 +46,12 @@ __all__ = ["Link", "ProcessHandles", "pidfd_exit_status"]
 PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
 PIDFD_INFO_EXIT = 0x8
 _INFO = struct.Struct("=QQ11Ii")  # mask, cgroupid, pid ... fsgid, exit_code (the first 64 bytes)
-#: How often, and how many times, the exit status is looked for after the pidfd turned readable.
+#: How often the exit status is looked for after the pidfd turned readable: first after
+#: ``STATUS_POLL``, then twice as long each time up to ``STATUS_POLL_MAX``.
 STATUS_POLL = 0.005
-STATUS_TRIES = 200
+STATUS_POLL_MAX = 0.1
+#: A hang guard, not a verdict's timing: the template reaps in milliseconds, unless it never will.
+STATUS_GUARD = 30.0
 
 
 def pidfd_exit_status(pidfd: int) -> int | bool | None:
@@ -129,21 +137,28 @@ class Link:
             exited = info is not None and info.si_code == os.CLD_EXITED
             self.channel.exit_known(info.si_status if info is not None and exited else None, None)
         else:
-            self._look_for_status(STATUS_TRIES)
+            self._look_for_status(time.monotonic() + STATUS_GUARD, STATUS_POLL)
         if not self.exited.is_set():
             self.exited.set()
             self.channel.process_exited()
 
-    def _look_for_status(self, tries: int) -> None:
+    def _look_for_status(self, until: float, pause: float) -> None:
         status = pidfd_exit_status(self.handles.pidfd) if self.handles.pidfd >= 0 else None
-        if status is True and tries > 0:
-            asyncio.get_running_loop().call_later(STATUS_POLL, self._look_for_status, tries - 1)
+        if status is True and time.monotonic() < until:
+            loop = asyncio.get_running_loop()
+            loop.call_later(pause, self._look_for_status, until, min(2 * pause, STATUS_POLL_MAX))
         elif isinstance(status, int) and not isinstance(status, bool):
             if os.WIFSIGNALED(status):
                 self.channel.exit_known(None, os.WTERMSIG(status))
             else:
                 self.channel.exit_known(os.WEXITSTATUS(status), None)
         else:
+            if status is True:
+                log.warning(
+                    "sandbox_exit_status_unknown",
+                    sandbox_id=self.channel.sandbox_id,
+                    reason=f"its first process was not reaped within {STATUS_GUARD:g} s",
+                )
             self.channel.exit_known(None, None)
 
     def _unwatch(self) -> None:
@@ -161,6 +176,8 @@ class Link:
         """Close the channel, the stderr pipe and the pidfd (the sandbox keeps running if it was)."""
         self._unwatch()
         self.channel.close()
+        if not self.channel.ended.is_set():  # nothing more will be learned: no call waits for it
+            self.channel.exit_known(None, None)
         if self._transport is not None:
             self._transport.close()
             self._transport = None
