@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 
 import anyio
+import pytest
+from guards import HANG_GUARD_SECONDS
 from proctree import descendants
+
+import cwsandbox_async as cwa
 
 from .conftest import local_session, requires_isolation, wait_until
 
@@ -83,6 +89,52 @@ async def test_a_sandbox_is_born_in_one_fork_of_the_template(tag: str) -> None:
         r = await sb.exec(["sh", "-c", "umount /proc || echo refused"])
         assert r.stdout == "refused\n"
         assert (await sb.exec(["cat", "/proc/1/status"])).stdout.count("NSpid:\t1\n") == 1
+
+
+#: Run in the user namespace of the pid given as argv[1] (a fresh, single-threaded interpreter, as
+#: ``setns`` into a user namespace needs): set its limit of pid namespaces to argv[2].
+SET_PID_NS_LIMIT = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "fd = os.open(f'/proc/{sys.argv[1]}/ns/user', os.O_RDONLY)\n"
+    "if libc.setns(fd, 0x10000000) != 0:\n"  # CLONE_NEWUSER
+    "    raise OSError(ctypes.get_errno(), 'setns')\n"
+    "with open('/proc/sys/user/max_pid_namespaces', 'w') as f:\n"
+    "    f.write(sys.argv[2])\n"
+)
+
+
+def set_pid_ns_limit(pid: int, limit: int) -> None:
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", SET_PID_NS_LIMIT, str(pid), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+async def test_a_template_refused_a_pid_namespace_says_why_and_serves_the_next(tag: str) -> None:
+    """At its user namespace's limit of pid namespaces, the template cannot make the next sandbox's:
+    the create fails with the kernel's reason, the template stays, and the next create works."""
+    async with local_session(tag) as s:
+        first = await s.sandbox()
+        root = s.backend._boxes[first.sandbox_id].pid  # type: ignore[attr-defined]
+        assert root is not None
+        template = parent_of(root)
+        set_pid_ns_limit(template, 1)  # the one it made already
+        try:
+            with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxCreationError) as info:
+                await s.sandbox()
+        finally:
+            set_pid_ns_limit(template, 1 << 20)
+        assert "could not make a pid namespace" in str(info.value), info.value
+        assert "No space left on device" in str(info.value), info.value  # the kernel's ENOSPC
+        assert parent_of(root) == template  # the same template, still serving
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            second = await s.sandbox()
+            assert (await second.exec(["echo", "born"])).stdout == "born\n"
+        assert parent_of(s.backend._boxes[second.sandbox_id].pid) == template  # type: ignore[attr-defined]
 
 
 async def test_an_idle_pid_1_uses_no_cpu(tag: str) -> None:

@@ -201,7 +201,12 @@ class Template:
         """
         mine = newborn.sock
         assert mine is not None
-        await _sendmsg(mine, payload, fds)
+        try:
+            await _sendmsg(mine, payload, fds)
+        except (BrokenPipeError, ConnectionResetError):  # no newborn holds the channel: it was not forked
+            raise SandboxCreationError(
+                f"the sandbox was not born: {self._newborn_error(newborn)}", reason="birth"
+            ) from None
         await anyio.wait_readable(mine)
         try:
             msg, ancillary, _, _ = mine.recvmsg(1, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC)
