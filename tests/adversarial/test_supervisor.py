@@ -16,9 +16,11 @@ import time
 
 import anyio
 import pytest
+import structlog
 from guards import HANG_GUARD_SECONDS, LONG_SECONDS
 
 import cwsandbox_async as cwa
+from cwsandbox_async.backends.local import _link
 from cwsandbox_async.integrations.trl import VerdictKind, code_reward
 
 from .conftest import arena, host_processes_matching, requires_isolation
@@ -305,6 +307,31 @@ async def test_whose_failure_a_dead_supervisor_is_follows_how_it_ended(tag: str,
             with pytest.raises(cwa.SandboxNotRunningError) as later:
                 await a.victim.exec(["true"], timeout_seconds=HANG_GUARD_SECONDS)
             assert later.value.infrastructure is want, later.value
+
+
+async def test_a_reaper_that_never_reaps_ends_the_wait_at_its_guard_and_says_so(
+    tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for PID 1's wait status is bounded: past the guard (shortened here) the death is
+    unknown, which is the program's (no evidence from outside), and a WARNING says why."""
+    monkeypatch.setattr(_link, "STATUS_GUARD", 0.5)
+    async with arena(tag) as a:
+        pid = a.host_pid(a.victim)
+        reaper = parent_of(pid)
+        os.kill(reaper, signal.SIGSTOP)
+        try:
+            with structlog.testing.capture_logs() as logs:
+                os.kill(pid, 9)
+                with anyio.fail_after(HANG_GUARD_SECONDS), pytest.raises(cwa.SandboxNotRunningError) as info:
+                    await a.victim.exec(["sleep", str(LONG_SECONDS)], timeout_seconds=LONG_SECONDS)
+        finally:
+            os.kill(reaper, signal.SIGCONT)
+        assert info.value.infrastructure is False, info.value
+        assert "killed by signal" not in str(info.value)
+        unknown = [e for e in logs if e["event"] == "sandbox exit status unknown"]
+        assert [e["sandbox_id"] for e in unknown] == [a.victim.sandbox_id], logs
+        assert "not reaped within 0.5 s" in unknown[0]["reason"]
+        assert unknown[0]["log_level"] == "warning"
 
 
 #: Twenty children burning 0.1 s each, one after another, reaped by the kernel (SIGCHLD ignored): no

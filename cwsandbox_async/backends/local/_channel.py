@@ -221,7 +221,7 @@ class AgentChannel:
             await self.ended.wait()
         if not self.ended.is_set():
             log.warning(
-                "sandbox_exit_status_unknown",
+                "sandbox exit status unknown",
                 sandbox_id=self.sandbox_id,
                 reason=f"its first process had not ended {DEATH_WAIT:g} s after its channel closed",
             )

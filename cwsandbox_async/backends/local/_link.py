@@ -155,7 +155,7 @@ class Link:
         else:
             if status is True:
                 log.warning(
-                    "sandbox_exit_status_unknown",
+                    "sandbox exit status unknown",
                     sandbox_id=self.channel.sandbox_id,
                     reason=f"its first process was not reaped within {STATUS_GUARD:g} s",
                 )
