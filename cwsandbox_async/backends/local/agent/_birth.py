@@ -257,7 +257,6 @@ def _enter(birth: dict[str, Any]) -> None:
     # namespace is a child of it, may not change the bounds (the kernel checks the euid against the
     # owning namespace's uid 0).
     _rootfs.unshare(_rootfs.CLONE_NEWIPC)
-    harden.bound_sysv_ipc()
     # The sandbox's /proc, also while uid 0 there: the template's user namespace owns N's pid namespace
     # (see the module docstring), so only now may N mount it. In a mount namespace of its own, which the
     # sandbox's (made with its user namespace below) copies, with this mount locked in it.
@@ -265,6 +264,10 @@ def _enter(birth: dict[str, Any]) -> None:
     for step in birth["mounts"]:
         if step[0] == "proc":
             _rootfs.mount("proc", step[1], "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
+    # Through that /proc, not the template's: the kernel keeps a cached entry per IPC namespace for each
+    # sysctl looked up through one proc instance and compares a lookup with every one of them, so on the
+    # template's /proc this took 0.5 ms with 100 sandboxes alive and 2.6 ms with 500 (RESULTS §1d).
+    harden.bound_sysv_ipc()
     uid, gid = int(birth["uid"]), int(birth["gid"])
     if birth.get("setgroups"):
         os.setgroups([])
