@@ -3,7 +3,8 @@
 Two kinds of steps, in this order:
 
 - **Privileged steps**, run by the birth path (``_birth``): ``bound_sysv_ipc`` by the
-  newborn right after it entered a new IPC namespace while still uid 0 of the
+  newborn after it entered a new IPC namespace and mounted the sandbox's ``/proc``
+  (written through that one: see ``_birth._enter``), while still uid 0 of the
   template's user namespace (which then owns the IPC namespace, so the sandbox user
   cannot change the bounds: SysV IPC memory lives outside every process -- a
   detached shared memory segment stays charged to the sandbox's memory cgroup after
