@@ -58,6 +58,10 @@ if TYPE_CHECKING:
 #: While an exclusive exec waits for the sandbox to clear, or leftovers are being killed, PID 1 looks
 #: again this often (processes re-parented to it send no signal).
 CLEAR_POLL = 0.005
+#: A start (fork or spawn) that took longer than this, as PID 1 saw it, is dated by the kernel's birth
+#: stamp of the process (``proctree.started_at``): PID 1's own stamp after the fork can be late by as
+#: long as PID 1 waited for a CPU (or, outside a sandbox, was stopped) while its child already ran.
+START_SLACK = 0.005
 _FILE_MODES = (protocol.M_READ, protocol.M_WRITE)
 
 
@@ -220,6 +224,7 @@ class Execs:
         now = time.monotonic()
         if not ex.is_file:
             self.readings_at_start(ex, now)
+        before = time.monotonic()
         try:
             pid = self.spawn(ex) if self.spawner and ex.mode == protocol.M_EXEC else 0
             if not pid:
@@ -233,7 +238,15 @@ class Execs:
         # The exec's clock starts once its process exists: a fork can be held in the kernel for seconds
         # on a loaded machine (6.1 s seen: a cgroup lock behind a slow RCU grace period), the platform's
         # time, in no process of the exec's tree, so neither its wall nor its run-queue wait would show it.
+        # Nor later than that: see ``START_SLACK``.
         start = time.monotonic()
+        if start - before > START_SLACK:
+            # Held in the fork, or PID 1 was not run after it while its child ran (a busy machine): the
+            # kernel's birth stamp says which, to a tick. Never later than the process's birth, or a
+            # command that ran while PID 1 waited would have that time off its clock and its timeout.
+            born = proctree.started_at(pid)
+            if born is not None:
+                start = max(before, min(start, born + 1 / proctree.CLK_TCK))
         ex.pid, ex.start = pid, start
         self.by_pid[pid] = ex
         if not ex.is_file:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SCHED_OTHER = 0
@@ -116,6 +117,17 @@ def stat_fields(pid: int, tid: int | None = None) -> list[bytes] | None:
     except OSError:
         return None
     return data[data.rfind(b")") + 2 :].split()
+
+
+def started_at(pid: int) -> float | None:
+    """When the kernel recorded ``pid``'s birth, on ``time.monotonic``'s clock, rounded down to a clock
+    tick; None when unreadable. The kernel stamps it late in ``fork``, after the cgroup checks, so a
+    fork held there (a cgroup lock) is not in it."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    boot_offset = time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()  # the time suspended
+    return int(fields[19]) / CLK_TCK - boot_offset
 
 
 def state(pid: int) -> str | None:
