@@ -58,10 +58,6 @@ STDERR_TAIL = 16 * 1024
 #: Payloads this large or larger are copied into (or out of) memfds in a worker thread.
 INLINE_BYTES = 1 << 20
 _MAX_MESSAGE = 4096  # a report is 44 bytes, the hello a few hundred
-#: How long a call that found the channel broken waits at most to learn how PID 1 ended: a hang
-#: guard, not a verdict's timing. The evidence comes once PID 1 is reaped (``_link``), milliseconds
-#: after its channel closed on an idle machine, later on a busy or stalled one; the wait ends then.
-DEATH_WAIT = 30.0
 OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
 
 
@@ -86,11 +82,16 @@ class _Pending:
 class AgentChannel:
     """Talks to one sandbox's PID 1 over ``sock`` (see the module docstring)."""
 
-    def __init__(self, sandbox_id: str, sock: socket.socket, blocking: Blocking, eof_grace: float) -> None:
+    def __init__(
+        self, sandbox_id: str, sock: socket.socket, blocking: Blocking, eof_grace: float, death_wait: float
+    ) -> None:
         self.sandbox_id = sandbox_id
         self.sock = sock
         self.blocking = blocking
         self.eof_grace = eof_grace
+        #: How long a call that found the channel broken waits at most to learn how PID 1 ended
+        #: (``LocalOptions.exit_status_wait_seconds``; ``_link`` ends the wait as soon as it knows).
+        self.death_wait = death_wait
         self.hello: dict[str, Any] | None = None
         self.ready = anyio.Event()
         self.exited = anyio.Event()
@@ -217,13 +218,13 @@ class AgentChannel:
     async def _dead(self) -> SandboxNotRunningError:
         """``dead_error`` once it is known how PID 1 ended (its channel closes just before it is gone,
         and the template reaps it after that)."""
-        with anyio.move_on_after(DEATH_WAIT):
+        with anyio.move_on_after(self.death_wait):
             await self.ended.wait()
         if not self.ended.is_set():
             log.warning(
                 "sandbox exit status unknown",
                 sandbox_id=self.sandbox_id,
-                reason=f"its first process had not ended {DEATH_WAIT:g} s after its channel closed",
+                reason=f"its first process had not ended {self.death_wait:g} s after its channel closed",
             )
         return self.dead_error()
 

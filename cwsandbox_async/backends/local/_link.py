@@ -15,8 +15,8 @@ How the first process ended is the evidence that says whose failure a dead sandb
 pidfd once the template reaped it (``PIDFD_GET_INFO`` with ``PIDFD_INFO_EXIT``, Linux 6.15+). The
 template reaps it a moment after the pidfd turns readable, and that moment is looked for until it
 comes, however late a busy or stalled machine makes it: a verdict never depends on how soon the
-template ran. ``STATUS_GUARD`` only ends the wait for a reaper that never reaps (a template stopped
-from outside), which is said at WARNING. Nothing inside
+template ran. ``LocalOptions.exit_status_wait_seconds`` only ends the wait for a reaper that never
+reaps (a template stopped from outside), which is said at WARNING. Nothing inside
 a sandbox can send its PID 1 a signal, so a death by a signal came from outside (the host's OOM
 killer, an operator, the template's end); an exit with a status is PID 1 giving up on what its
 programs did.
@@ -50,8 +50,6 @@ _INFO = struct.Struct("=QQ11Ii")  # mask, cgroupid, pid ... fsgid, exit_code (th
 #: ``STATUS_POLL``, then twice as long each time up to ``STATUS_POLL_MAX``.
 STATUS_POLL = 0.005
 STATUS_POLL_MAX = 0.1
-#: A hang guard, not a verdict's timing: the template reaps in milliseconds, unless it never will.
-STATUS_GUARD = 30.0
 
 
 def pidfd_exit_status(pidfd: int) -> int | bool | None:
@@ -104,11 +102,17 @@ class Link:
     process is this process's child (waited for when it exits)."""
 
     def __init__(
-        self, sandbox_id: str, handles: ProcessHandles, blocking: Blocking, eof_grace: float, reap: bool = False
+        self,
+        sandbox_id: str,
+        handles: ProcessHandles,
+        blocking: Blocking,
+        eof_grace: float,
+        exit_status_wait: float,
+        reap: bool = False,
     ) -> None:
         assert handles.sock is not None
         sock, handles.sock = handles.sock, None  # the channel owns it now
-        self.channel = AgentChannel(sandbox_id, sock, blocking, eof_grace)
+        self.channel = AgentChannel(sandbox_id, sock, blocking, eof_grace, exit_status_wait)
         self.handles = handles
         self.reap = reap
         self.exited = anyio.Event()
@@ -137,7 +141,7 @@ class Link:
             exited = info is not None and info.si_code == os.CLD_EXITED
             self.channel.exit_known(info.si_status if info is not None and exited else None, None)
         else:
-            self._look_for_status(time.monotonic() + STATUS_GUARD, STATUS_POLL)
+            self._look_for_status(time.monotonic() + self.channel.death_wait, STATUS_POLL)
         if not self.exited.is_set():
             self.exited.set()
             self.channel.process_exited()
@@ -157,7 +161,7 @@ class Link:
                 log.warning(
                     "sandbox exit status unknown",
                     sandbox_id=self.channel.sandbox_id,
-                    reason=f"its first process was not reaped within {STATUS_GUARD:g} s",
+                    reason=f"its first process was not reaped within {self.channel.death_wait:g} s",
                 )
             self.channel.exit_known(None, None)
 

@@ -23,7 +23,12 @@ __all__ = [
 ]
 
 
-_DEFAULTS = {"exit_grace_seconds": 0.5, "eof_grace_seconds": 1.0, "plain_file_timeout_seconds": 60.0}
+_DEFAULTS = {
+    "exit_grace_seconds": 0.5,
+    "eof_grace_seconds": 1.0,
+    "exit_status_wait_seconds": 30.0,
+    "plain_file_timeout_seconds": 60.0,
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,11 @@ class LocalOptions:
     - ``eof_grace_seconds`` (1.0): after the sandbox reported an exec's end (its whole process
       tree is gone), how long the driver waits for its output pipes to reach end of file (a
       process of the sandbox may still hold one open) before it stops reading them.
+    - ``exit_status_wait_seconds`` (30.0): how long a call that found its sandbox dead waits at most
+      for the evidence of how the sandbox's first process ended (its wait status, there once the
+      template reaped it: milliseconds, later on a stalled machine), which says whose failure it is;
+      past it the death is unknown, the program's (``infrastructure=False``), and a WARNING says so.
+      A hang guard, not a verdict's timing.
     - ``plain_file_timeout_seconds`` (60.0): the timeout of the ``cat`` that reads or writes a
       file on the plain exec path (no agent).
 
@@ -49,6 +59,7 @@ class LocalOptions:
 
     exit_grace_seconds: float | None = None
     eof_grace_seconds: float | None = None
+    exit_status_wait_seconds: float | None = None
     plain_file_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
@@ -75,6 +86,10 @@ class LocalOptions:
     @property
     def eof_grace(self) -> float:
         return self._get("eof_grace_seconds")
+
+    @property
+    def exit_status_wait(self) -> float:
+        return self._get("exit_status_wait_seconds")
 
     @property
     def plain_file_timeout(self) -> float:

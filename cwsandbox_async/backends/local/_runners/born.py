@@ -136,7 +136,7 @@ class BornRunner(AgentRunner):
         finally:
             for fd in fds:
                 os.close(fd)
-        self.link = link = Link(sid, self.newborn, m.blocking, m.options.eof_grace)
+        self.link = link = Link(sid, self.newborn, m.blocking, m.options.eof_grace, m.options.exit_status_wait)
         channel = link.channel
         channel.evidence = Evidence(self.cgroup.cpu_usage if self.cgroup else None)
         channel.default_budget = float(d.resources.cpu_seconds or 0)

@@ -78,7 +78,7 @@ class HostAgentRunner(AgentRunner):
             }
         handles = self._spawn(config)
         self.pid = pidfd_pid(handles.pidfd)
-        self.link = link = Link(sid, handles, m.blocking, m.options.eof_grace, reap=True)
+        self.link = link = Link(sid, handles, m.blocking, m.options.eof_grace, m.options.exit_status_wait, reap=True)
         channel = link.channel
         await link.open()
         await channel.ready.wait()

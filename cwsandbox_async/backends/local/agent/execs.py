@@ -224,7 +224,6 @@ class Execs:
         now = time.monotonic()
         if not ex.is_file:
             self.readings_at_start(ex, now)
-        before = time.monotonic()
         try:
             pid = self.spawn(ex) if self.spawner and ex.mode == protocol.M_EXEC else 0
             if not pid:
@@ -240,13 +239,13 @@ class Execs:
         # time, in no process of the exec's tree, so neither its wall nor its run-queue wait would show it.
         # Nor later than that: see ``START_SLACK``.
         start = time.monotonic()
-        if start - before > START_SLACK:
+        if start - now > START_SLACK:
             # Held in the fork, or PID 1 was not run after it while its child ran (a busy machine): the
             # kernel's birth stamp says which, to a tick. Never later than the process's birth, or a
             # command that ran while PID 1 waited would have that time off its clock and its timeout.
             born = proctree.started_at(pid)
             if born is not None:
-                start = max(before, min(start, born + 1 / proctree.CLK_TCK))
+                start = max(now, min(start, born + 1 / proctree.CLK_TCK))
         ex.pid, ex.start = pid, start
         self.by_pid[pid] = ex
         if not ex.is_file:
