@@ -16,8 +16,9 @@ local backend's ``_doctor`` to add to its section:
   process enforcing its timeout) and stops itself still ends at its timeout, and the next exec runs;
 - **supervisor out of reach**: a command's ``prlimit`` of PID 1's limits, ``setpriority`` and
   ``sched_setaffinity`` of PID 1, and ``SIGSTOP`` to its own child fail with EPERM, an ``AF_VSOCK``
-  socket with EAFNOSUPPORT, and the
-  sandbox's own inotify bound (``agent.harden.USER_LIMITS``) is in place.
+  socket with EAFNOSUPPORT, ``io_setup`` with ENOSYS, and the sandbox's own inotify bound
+  (``agent.harden.USER_LIMITS``), pending-signal limit (``agent._birth.SIGPENDING``) and pty bound
+  (``agent._birth.PTYS``) are in place.
 
 A probe never raises for a protection that does not hold (that is a ``FAIL``); an exception escaping
 a sandbox call propagates to the doctor, which reports the probe itself as failed.
@@ -35,7 +36,7 @@ from typing import Any
 
 from ..._errors import SandboxTimeoutError
 from ..probes import FAIL, OK, WARN, Status
-from .agent import harden, seccomp
+from .agent import _birth, harden, seccomp
 
 __all__ = ["hardening_checks"]
 
@@ -189,7 +190,8 @@ async def _supervisor(sb: Any) -> Check:
 
 
 REACH_PROBE = """
-import errno, json, os, resource, signal, socket, time
+import ctypes, errno, json, os, resource, signal, socket, sys, time
+IO_SETUP = int(sys.argv[1])
 out = {}
 def attempt(name, f):
     try:
@@ -211,6 +213,14 @@ os.kill(kid, signal.SIGKILL)
 os.waitpid(kid, 0)
 with open("/proc/sys/user/max_inotify_instances") as f:
     out["inotify"] = f.read().strip()
+out["sigpending"] = resource.getrlimit(resource.RLIMIT_SIGPENDING)[1]
+with open("/proc/self/mountinfo") as f:
+    pts = [line.split(" - ")[1].split()[2] for line in f if line.split()[4] == "/dev/pts"]
+out["ptys"] = [o.split("=")[1] for o in ",".join(pts).split(",") if o.startswith("max=")]
+libc = ctypes.CDLL(None, use_errno=True)
+ctx = ctypes.c_ulong(0)
+rc = libc.syscall(ctypes.c_long(IO_SETUP), ctypes.c_long(1), ctypes.byref(ctx))
+out["io_setup"] = "ok" if rc == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 print(json.dumps(out))
 """
 
@@ -218,11 +228,12 @@ print(json.dumps(out))
 async def _reach(sb: Any) -> Check:
     how = (
         "prlimit, setpriority and sched_setaffinity of PID 1, SIGSTOP to a process, an AF_VSOCK socket,"
-        " the inotify bound, from inside"
+        " the inotify, pending-signal and pty bounds, io_setup, from inside"
     )
     if _MACHINE not in seccomp.AUDIT_ARCH:
         return "supervisor out of reach", WARN, f"no filter for {_MACHINE}: PID 1 can be re-limited", how
-    r = await sb.exec(["python3", "-I", "-c", REACH_PROBE], timeout_seconds=30)
+    io_setup = str(seccomp.NOT_IMPLEMENTED["io_setup"][_COL])
+    r = await sb.exec(["python3", "-I", "-c", REACH_PROBE, io_setup], timeout_seconds=30)
     try:
         out = json.loads(r.stdout)
     except ValueError:
@@ -234,6 +245,9 @@ async def _reach(sb: Any) -> Check:
         "stop a process": "EPERM",
         "vsock": "EAFNOSUPPORT",
         "inotify": harden.USER_LIMITS["max_inotify_instances"],
+        "sigpending": _birth.SIGPENDING,
+        "ptys": [str(_birth.PTYS)],
+        "io_setup": "ENOSYS",
     }
     wrong = sorted(f"{k}: {out.get(k)}" for k, v in want.items() if out.get(k) != v)
     if wrong:
@@ -241,7 +255,8 @@ async def _reach(sb: Any) -> Check:
     return (
         "supervisor out of reach",
         OK,
-        "PID 1 cannot be re-limited, reniced or pinned; no process can be stopped; no vsock; own inotify bound",
+        "PID 1 cannot be re-limited, reniced or pinned; no process can be stopped; no vsock; own inotify,"
+        f" pending-signal ({_birth.SIGPENDING}) and pty ({_birth.PTYS}) bounds; no AIO context (ENOSYS)",
         how,
     )
 

@@ -27,7 +27,9 @@ configuration), joins the cgroups and enters a cgroup namespace rooted there. N 
 sandbox: when it exits the kernel kills everything else in the sandbox. It sends the driver a pidfd
 of itself (the "born" record), mounts the sandbox's ``/tmp``, working directory, ``/dev/shm`` and
 ``/dev/pts``, sets the hostname, brings up loopback, makes the root read-only, forbids further user
-namespaces, drops every capability (``NoNewPrivs``) and becomes the agent, in process.
+namespaces, bounds the kernel budgets the host charges per user (``harden.bound_user_limits``, pending
+signals: ``SIGPENDING``; ptys: ``PTYS``), drops every capability (``NoNewPrivs``) and becomes the agent,
+in process.
 
 Any failure in N is printed to the sandbox's stderr pipe and ends it (status 71); the driver
 reports it as a creation error with that text.
@@ -42,6 +44,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -70,6 +73,25 @@ SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 1
 _IFREQ = struct.Struct("16sH14x")
+
+#: Pending signals (``RLIMIT_SIGPENDING``, hard) of every process of a sandbox. The kernel charges a
+#: queued signal (``sigqueue``, a real-time signal) and every POSIX timer (``timer_create`` preallocates
+#: its signal) to the sender's user at every level of nested user namespaces, up to the driver's uid on
+#: the host, and compares the count at the lowest level with the process's own limit: without a bound of
+#: its own one sandbox took all of the driver user's (96,555 on a 24 GiB host: the kernel's default scales
+#: with memory), and the trainer's next ``timer_create`` or ``sigqueue`` failed with EAGAIN. An honest
+#: program uses a handful (a timer per watchdog, a few queued signals); at 64, 1,000 sandboxes that each
+#: hold all of theirs take 64,000. Set after the sandbox's user namespace exists: set before, it would also
+#: cap what all sandboxes of a non-root driver (one uid of the template's namespace) hold together, and one
+#: sandbox would deny its neighbours.
+SIGPENDING = 64
+#: Ptys of the sandbox's own ``/dev/pts`` (devpts ``max``). Every devpts instance but the host's first
+#: draws from one host-wide pool (``kernel.pty.max`` minus ``kernel.pty.reserve``: 3,072 by default),
+#: so without a bound of its own one sandbox could open them all and leave every neighbour (and every
+#: container on the host) ENOSPC. A program that drives a terminal uses one or two.
+PTYS = 4
+#: Options of the sandbox's ``/dev/pts``: its own instance, ``/dev/ptmx`` usable by the sandbox's user.
+DEVPTS_OPTIONS = f"newinstance,ptmxmode=0666,mode=620,max={PTYS}"
 
 #: The agent as the template preloaded it (see ``_preload``).
 _agent: dict[str, Any] = {}
@@ -304,7 +326,7 @@ def _settle(birth: dict[str, Any]) -> None:
             _rootfs.tmpfs(path, step[2], step[3])
         elif kind == "devpts":
             flags = _rootfs.MS_NOSUID | _rootfs.MS_NOEXEC
-            _rootfs.mount("devpts", path, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+            _rootfs.mount("devpts", path, "devpts", flags, DEVPTS_OPTIONS)
         else:
             raise ValueError(f"unknown sandbox mount {kind!r}")
     name = str(birth["hostname"]).encode()
@@ -314,7 +336,17 @@ def _settle(birth: dict[str, Any]) -> None:
     _rootfs.remount_ro("/", recursive=False)
     _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
     harden.bound_user_limits()  # per-user kernel limits of its own, so it cannot exhaust the driver's
+    bound_signals()
     harden.readonly_proc_sys()  # last: no sysctl of the sandbox's namespaces can change from now on
+
+
+def bound_signals(bound: int = SIGPENDING) -> None:
+    """Lower this process's ``RLIMIT_SIGPENDING`` (soft and hard) to ``bound``, never raising it; every process
+    of the sandbox inherits it and none can raise it (that takes ``CAP_SYS_RESOURCE`` on the host). PID 1 is
+    bound too: the one signal it relies on, ``SIGCHLD``, is the kernel's own and never refused for a limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_SIGPENDING)
+    top = bound if hard == resource.RLIM_INFINITY else min(bound, hard)
+    resource.setrlimit(resource.RLIMIT_SIGPENDING, (top if soft == resource.RLIM_INFINITY else min(top, soft), top))
 
 
 def _loopback_up() -> None:

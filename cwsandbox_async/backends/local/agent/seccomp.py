@@ -64,6 +64,11 @@ fork and execve, and cannot be removed). What it does, in order:
    allowed (``SIGKILL`` and ``SIGCONT`` included); the cost is job control (``kill -STOP``, ``^Z``).
 7. ``clone3`` fails with **ENOSYS** (its flags are in memory a filter cannot read),
    so the C library falls back to ``clone``, which step 3 checks -- Docker does the same.
+   ``io_setup`` fails with **ENOSYS** too, as on a kernel built without AIO (libaio's users fall back
+   to threads; glibc's POSIX ``aio_*`` never used it): every AIO context reserves events out of one
+   host-wide pool (``fs.aio-max-nr``, 65,536 by default) that no user, namespace or cgroup bounds, and
+   one ``io_setup(65536)`` took it all, leaving every other process on the host EAGAIN. Without a
+   context the other ``io_*`` calls have nothing to act on (contexts are not inherited across fork).
 
 Not denied (Docker allows them too): ``kill`` with any other signal (signals
 stay inside the sandbox's PID namespace), SysV IPC (bounded by sysctls, see
@@ -153,6 +158,8 @@ DENIED: dict[str, tuple[int | None, int | None]] = {
 CLONE = (56, 220)
 UNSHARE = (272, 97)
 CLONE3 = (435, 435)
+#: Calls that fail with ENOSYS, as if this kernel had none (step 7): (x86_64, aarch64)
+NOT_IMPLEMENTED: dict[str, tuple[int, int]] = {"clone3": CLONE3, "io_setup": (206, 0)}
 PERSONALITY = (135, 92)
 PRCTL = (157, 167)
 NS_FLAGS_CLONE = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
@@ -233,7 +240,8 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
         nr = numbers[col]
         if nr is not None:
             out += [_jump(_JEQ, nr, 0, 1), _stmt(_RET, deny)]
-    out += [_jump(_JEQ, CLONE3[col], 0, 1), _stmt(_RET, RET_ERRNO | errno.ENOSYS)]
+    for numbers in NOT_IMPLEMENTED.values():
+        out += [_jump(_JEQ, numbers[col], 0, 1), _stmt(_RET, RET_ERRNO | errno.ENOSYS)]
     for nr, mask in ((CLONE[col], NS_FLAGS_CLONE | CLONE_PARENT), (UNSHARE[col], NS_FLAGS_UNSHARE)):
         # A is reloaded with the number after the block only on the way out of the filter, so each
         # argument check ends in a return.
