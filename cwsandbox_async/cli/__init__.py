@@ -1,4 +1,4 @@
-"""``cwsandbox-async``: the operator's command line. ``python -m cwsandbox_async.cli`` runs it too.
+"""``cwsandbox-async``: the operator's command line; ``python -m cwsandbox_async`` (or ``.cli``) runs it too.
 
 The commands are in ``_commands``; ``doctor`` collects the probes each backend
 package contributes (see ``cwsandbox_async.backends.probes``).

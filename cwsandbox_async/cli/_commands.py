@@ -25,7 +25,7 @@ from .._errors import (
     SandboxValidationError,
 )
 from .._types import ExecResult, Resources, SandboxDefaults
-from .._validate import validate_sweep
+from .._validate import validate_path, validate_sweep
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -41,6 +41,8 @@ from ._parser import (
     EXIT_SANDBOX,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    PROG,
+    ArgumentError,
     UsageError,
     backend_options,
     build_parser,
@@ -104,6 +106,7 @@ async def cmd_exec(args: argparse.Namespace) -> int:
     # As Sandbox.exec: a str (one argument) is a shell command line, a list (several) is argv.
     shell = args.shell or (len(words) == 1 and not args.argv)
     command: str | list[str] = " ".join(words) if shell else words
+    cwd = None if args.cwd is None else validate_path(args.cwd, "--cwd")  # a usage error (exit 2)
     stdin = await anyio.to_thread.run_sync(sys.stdin.buffer.read) if args.stdin else None
     res: dict[str, Any] = {}
     for key in ("memory_mib", "pids", "cpu"):
@@ -119,17 +122,17 @@ async def cmd_exec(args: argparse.Namespace) -> int:
         overrides["resources"] = Resources(**res)
     if args.max_output_bytes is not None:
         overrides["max_output_bytes"] = args.max_output_bytes
-    if args.cwd is not None:
-        overrides["working_dir"] = args.cwd
     defaults = SandboxDefaults().with_overrides(**overrides)
     result: ExecResult | None = None
     error: BaseException | None = None
     async with _session(args, defaults) as s, s.sandbox() as sb:
+        if cwd is not None:
+            await _check_directory(sb, cwd)
         try:
             if args.json:
-                result = await sb.exec(command, timeout_seconds=args.timeout, stdin=stdin)
+                result = await sb.exec(command, timeout_seconds=args.timeout, stdin=stdin, cwd=cwd)
             else:
-                process = sb.process(command, timeout_seconds=args.timeout, stdin=stdin)
+                process = sb.process(command, timeout_seconds=args.timeout, stdin=stdin, cwd=cwd)
                 async with process as p, anyio.create_task_group() as tg:
                     tg.start_soon(_pump, p.stdout, sys.stdout.buffer)
                     tg.start_soon(_pump, p.stderr, sys.stderr.buffer)
@@ -142,10 +145,24 @@ async def cmd_exec(args: argparse.Namespace) -> int:
     if args.json:
         emit(args, result_doc(result, error, code), "")
     elif error is not None:
-        print(f"cwsandbox-async: {error}", file=sys.stderr)
+        print(f"{PROG}: {error}", file=sys.stderr)
     if result is not None and result.truncated and not args.json:  # --json says "truncated": true
-        print(f"cwsandbox-async: {truncation_message(defaults.max_output_bytes)}", file=sys.stderr)
+        print(f"{PROG}: {truncation_message(defaults.max_output_bytes)}", file=sys.stderr)
     return code
+
+
+#: Exits 0 in a directory, non-zero (and says why on stderr) elsewhere, on every backend's /bin/sh.
+_CD = 'cd -- "$1"'
+
+
+async def _check_directory(sb: Any, cwd: str) -> None:
+    """``UsageError`` (exit 2) unless ``cwd`` is a directory in the sandbox: a command is never started
+    elsewhere, and backends disagree on the code of a start in a missing directory (126 locally, 127 in
+    a pod)."""
+    probe = await sb.exec(["/bin/sh", "-c", _CD, "sh", cwd], timeout_seconds=30.0)
+    if probe.returncode != 0:
+        said = probe.stderr.strip().splitlines()[-1:] or [f"exit {probe.returncode}"]
+        raise UsageError(f"--cwd {cwd}: not a directory in the sandbox ({said[0]})")
 
 
 def truncation_message(cap: int) -> str:
@@ -183,31 +200,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
 COMMANDS = {"list": cmd_list, "sweep": cmd_sweep, "exec": cmd_exec, "doctor": cmd_doctor}
 
 
-def _fail(args: argparse.Namespace, exc: BaseException, code: int) -> int:
+def _fail(args: argparse.Namespace | None, exc: BaseException, code: int) -> int:
     message = str(exc) or type(exc).__name__
-    print(f"cwsandbox-async: {message}", file=sys.stderr)
+    print(f"{PROG}: {message}", file=sys.stderr)
+    if isinstance(exc, ArgumentError):
+        print(f"{PROG}: see '{exc.usage_of} --help'", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"exit_code": code, "error": {"type": type(exc).__name__, "message": message}}))
     return code
 
 
+def exit_code(exc: SandboxError, command: str) -> int:
+    """The exit code of a command that failed with ``exc`` (see ``EXIT_CODES``)."""
+    if isinstance(exc, SandboxValidationError):
+        return EXIT_USAGE
+    if isinstance(exc, SandboxBackendUnavailableError):  # for exec too: its sandbox was never made
+        return EXIT_UNAVAILABLE
+    return EXIT_EXEC_ERROR if command == "exec" else EXIT_SANDBOX
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (see ``EXIT_CODES``)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    is_exec = args.command == "exec"
+    """Run the command line; returns the exit code (see ``EXIT_CODES``).
+
+    A bad argument is one line on stderr (and where to find ``--help``), exit 2; ``--help`` and
+    ``--version`` print and raise ``SystemExit(0)``, as argparse does."""
+    args: argparse.Namespace | None = None
     try:
+        args = build_parser().parse_args(argv)
         if args.command == "bench":
             return cmd_bench(args)
         return anyio.run(COMMANDS[args.command], args, backend="asyncio")
     except UsageError as exc:
         return _fail(args, exc, EXIT_USAGE)
-    except SandboxValidationError as exc:
-        return _fail(args, exc, EXIT_USAGE)
-    except SandboxBackendUnavailableError as exc:
-        return _fail(args, exc, EXIT_EXEC_ERROR if is_exec else EXIT_UNAVAILABLE)
     except SandboxError as exc:
-        return _fail(args, exc, EXIT_EXEC_ERROR if is_exec else EXIT_SANDBOX)
+        assert args is not None  # nothing before the parse raises one
+        return _fail(args, exc, exit_code(exc, args.command))
     except KeyboardInterrupt:
-        print("cwsandbox-async: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 from typing import Any
 
 from .._types import ExecResult, SandboxInfo
 
-__all__ = ["emit", "exit_status", "info_dict", "result_doc", "table"]
+__all__ = ["emit", "exit_status", "info_dict", "result_doc", "result_fields", "table"]
 
 
 def emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
@@ -66,19 +67,29 @@ def _bytes_doc(prefix: str, data: bytes) -> dict[str, Any]:
     return doc
 
 
+def result_fields(result: ExecResult) -> dict[str, Any]:
+    """Every field of ``result`` (so a fact added to ``ExecResult`` is in ``--json`` too) and its ``signal``:
+    ``stdout_bytes``/``stderr_bytes`` as ``stdout``/``stderr`` (text, plus ``*_base64`` when not UTF-8),
+    seconds rounded to 0.1 ms."""
+    doc: dict[str, Any] = {}
+    for f in dataclasses.fields(result):
+        value = getattr(result, f.name)
+        if isinstance(value, bytes):
+            doc.update(_bytes_doc(f.name.removesuffix("_bytes"), value))
+        elif isinstance(value, float):
+            doc[f.name] = round(value, 4)
+        elif isinstance(value, tuple):
+            doc[f.name] = list(value)
+        else:
+            doc[f.name] = value
+    doc["signal"] = result.signal
+    return doc
+
+
 def result_doc(result: ExecResult | None, error: BaseException | None, code: int) -> dict[str, Any]:
     doc: dict[str, Any] = {"exit_code": code, "error": None}
     if result is not None:
-        doc.update(
-            returncode=result.returncode,
-            timed_out=result.timed_out,
-            truncated=result.truncated,
-            wall_seconds=round(result.wall_seconds, 4),
-            cpu_seconds=round(result.cpu_seconds, 4),
-            sandbox_id=result.sandbox_id,
-            **_bytes_doc("stdout", result.stdout_bytes),
-            **_bytes_doc("stderr", result.stderr_bytes),
-        )
+        doc.update(result_fields(result))
     if error is not None:
         doc["error"] = {"type": type(error).__name__, "message": str(error)}
     return doc

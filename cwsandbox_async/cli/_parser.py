@@ -5,11 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import Any
+from typing import Any, NoReturn
 
+from .. import __version__
 from ..backends import BACKENDS
 
-__all__ = ["CHOICES", "DEFAULT_TAG", "EXIT_CODES", "UsageError", "backend_options", "build_parser", "duration"]
+__all__ = [
+    "CHOICES",
+    "DEFAULT_TAG",
+    "EXIT_CODES",
+    "PROG",
+    "ArgumentError",
+    "UsageError",
+    "backend_options",
+    "build_parser",
+    "duration",
+]
+
+#: The console script's name: the prefix of every line the command line itself writes on stderr.
+PROG = "cwsandbox-async"
 
 #: The backends the command line offers (every registered one but the in-memory fake).
 CHOICES = tuple(name for name in BACKENDS if name != "fake")
@@ -35,12 +49,12 @@ EXIT_INTERRUPTED = 130
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_FAILED: "doctor: a protection did not hold; sweep: a sandbox could not be stopped",
-    EXIT_USAGE: "bad arguments or options",
+    EXIT_USAGE: "bad arguments or options (exec: also a --cwd that is not a directory in the sandbox)",
     EXIT_UNAVAILABLE: "the backend cannot be used here (no bwrap/unshare; no Kubernetes config; API unreachable)",
     EXIT_SANDBOX: "a sandbox operation failed (create, transport, ...)",
     EXIT_EXEC_TIMEOUT: "exec: the command hit --timeout (its process tree was killed)",
     EXIT_EXEC_ERROR: "exec: the sandbox failed before or while running the command (reason on stderr / in 'error')",
-    EXIT_NOT_EXECUTABLE: "exec: the command was found but is not executable (as sh, and Sandbox.exec's returncode)",
+    EXIT_NOT_EXECUTABLE: "exec: the command was found but could not be started (as sh, and Sandbox.exec's returncode)",
     EXIT_NOT_FOUND: "exec: the command was not found (as sh, and Sandbox.exec's returncode)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); sandboxes were stopped",
 }
@@ -65,6 +79,22 @@ _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 class UsageError(Exception):
     """Bad command line input found after argparse (exit 2)."""
+
+
+class ArgumentError(UsageError):
+    """What argparse found wrong; ``usage_of`` names the (sub)command whose ``--help`` to suggest."""
+
+    def __init__(self, message: str, usage_of: str) -> None:
+        super().__init__(message)
+        self.usage_of = usage_of
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument raises ``ArgumentError`` (one line, and a hint to ``--help``, from
+    ``main``) instead of printing the whole usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentError(message, self.prog)
 
 
 # -- argument parsing -------------------------------------------------------------------------------
@@ -145,12 +175,13 @@ def _common(parser: argparse.ArgumentParser, *, sub: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cwsandbox-async",
+    parser = Parser(
+        prog=PROG,
         description="Operate cwsandbox_async sandboxes: check isolation, find and sweep leftovers, run a command.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _common(parser, sub=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -186,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         "like Sandbox.exec, one argument is a shell command line (/bin/sh -c), several are argv",
     )
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the command is killed (default 60)")
-    p.add_argument("--cwd", help="working directory inside the sandbox")
+    p.add_argument("--cwd", help="the command's working directory inside the sandbox (must exist; exit 2 if not)")
     p.add_argument("--env", action="append", type=key_value, default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--stdin", action="store_true", help="pass this program's stdin to the command")
     p.add_argument(
