@@ -26,8 +26,12 @@ def validate_exec(
     max_output_bytes: object,
     cpu_seconds: object = None,
     exclusive: object = False,
+    cpu_priority: object = False,
 ) -> ExecRequest:
-    """Check every exec argument; return the request a backend receives."""
+    """Check every exec argument; return the request a backend receives.
+
+    ``cpu_priority=True`` needs ``exclusive=True`` and a ``cpu_seconds`` budget (see
+    ``ExecRequest.cpu_priority``); ``SandboxValidationError`` otherwise."""
     argv = validate_argv(command)
     timeout = validate_timeout(timeout_seconds)
     assert timeout is not None
@@ -40,6 +44,14 @@ def validate_exec(
         raise SandboxValidationError(f"max_output_bytes must be a positive int, got {max_output_bytes!r}")
     if not isinstance(exclusive, bool):
         raise SandboxValidationError(f"exclusive must be a bool, got {exclusive!r}")
+    budget = validate_cpu_seconds(cpu_seconds)
+    if not isinstance(cpu_priority, bool):
+        raise SandboxValidationError(f"cpu_priority must be a bool, got {cpu_priority!r}")
+    if cpu_priority and (not exclusive or budget is None):
+        raise SandboxValidationError(
+            "cpu_priority=True needs exclusive=True and a cpu_seconds budget: the priority serves only the"
+            " command's own processes, for at most its budget of CPU"
+        )
     return ExecRequest(
         argv=argv,
         cwd=cwd_s,
@@ -47,6 +59,7 @@ def validate_exec(
         stdin=bytes(stdin) if stdin is not None else None,
         timeout_seconds=timeout,
         max_output_bytes=max_output_bytes,
-        cpu_seconds=validate_cpu_seconds(cpu_seconds),
+        cpu_seconds=budget,
         exclusive=exclusive,
+        cpu_priority=cpu_priority,
     )

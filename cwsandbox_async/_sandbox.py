@@ -139,6 +139,7 @@ class Sandbox:
         max_output_bytes: int | None,
         cpu_seconds: float | None = None,
         exclusive: bool = False,
+        cpu_priority: bool = False,
     ) -> ExecRequest:
         d = self._defaults
         req = validate_exec(
@@ -150,6 +151,7 @@ class Sandbox:
             max_output_bytes=d.max_output_bytes if max_output_bytes is None else max_output_bytes,
             cpu_seconds=cpu_seconds,
             exclusive=exclusive,
+            cpu_priority=cpu_priority,
         )
         if self._status is not SandboxStatus.RUNNING:
             self._check_running()
@@ -167,6 +169,7 @@ class Sandbox:
         max_output_bytes: int | None = None,
         cpu_seconds: float | None = None,
         exclusive: bool = False,
+        cpu_priority: bool = False,
     ) -> ExecResult:
         """Run a command and return its result.
 
@@ -182,10 +185,16 @@ class Sandbox:
         it the command is killed and ``result.cpu_exceeded`` is set. An OOM kill is a
         result too (``result.oom_killed``). ``exclusive=True`` kills every other
         process in the sandbox before the command starts, so nothing else can write
-        into its output, signal it or trace it. A sandbox that died raises
+        into its output, signal it or trace it. ``cpu_priority=True`` (with ``exclusive``
+        and ``cpu_seconds``, else ``SandboxValidationError``) gives the sandbox the CPU
+        before other sandboxes while the command runs, where the backend can (the local
+        backend with a CPU cgroup; see ``ExecRequest.cpu_priority``); elsewhere it runs
+        at its usual share. A sandbox that died raises
         ``SandboxNotRunningError``; a broken channel ``SandboxTransportError``.
         """
-        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
+        req = self._request(
+            command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive, cpu_priority
+        )
         return await self._run(req, check, None)
 
     async def run_python(
@@ -200,6 +209,7 @@ class Sandbox:
         max_output_bytes: int | None = None,
         cpu_seconds: float | None = None,
         exclusive: bool = False,
+        cpu_priority: bool = False,
     ) -> ExecResult:
         """Run Python source, as ``exec(["python3", "-c", source])`` would, on the fastest path the backend has.
 
@@ -211,11 +221,13 @@ class Sandbox:
         interpreter ran with ``-I`` (no ``PYTHON*`` variables, no user site), and
         ``sys.argv`` is ``["-c"]``. The exit code is 0, the ``SystemExit`` code, or 1
         after an uncaught exception (its traceback on stderr). Timeout, output cap,
-        ``check``, ``cpu_seconds``, ``exclusive``, ``exec_stats`` and metrics behave
+        ``check``, ``cpu_seconds``, ``exclusive``, ``cpu_priority``, ``exec_stats`` and metrics behave
         exactly as for ``exec``; the result's ``command`` is ``("python3", "-c", source)``.
         """
         argv = ["python3", "-c", source]
-        req = self._request(argv, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
+        req = self._request(
+            argv, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive, cpu_priority
+        )
         return await self._run(req, check, None, python=True)
 
     def process(
@@ -229,12 +241,15 @@ class Sandbox:
         max_output_bytes: int | None = None,
         cpu_seconds: float | None = None,
         exclusive: bool = False,
+        cpu_priority: bool = False,
     ) -> Process:
         """Start a command whose output is streamed: ``async with sb.process(cmd) as p: async for c in p.stdout``.
 
         Leaving the block before the command ends kills it. Options as for ``exec``.
         """
-        req = self._request(command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive)
+        req = self._request(
+            command, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive, cpu_priority
+        )
         return Process(functools.partial(self._run, req, False))
 
     async def _run(

@@ -168,6 +168,13 @@ class ExecRequest:
     #: Before the command starts, every other process in the sandbox is killed, so
     #: nothing else can write into its output, signal it or trace it.
     exclusive: bool = False
+    #: While the command runs, its sandbox gets the CPU before the other sandboxes of this
+    #: machine, where the backend can give it (the local backend: the sandbox cgroup's CPU
+    #: weight, raised by the driver and lowered again when the exec ends; a backend without
+    #: such a mechanism runs the command at its usual share). Only with ``exclusive`` and a
+    #: ``cpu_seconds`` budget (``validate_exec``): nothing else of the sandbox rides on the
+    #: priority, and the command takes at most its budget of CPU with it.
+    cpu_priority: bool = False
 
 
 @dataclass(frozen=True, slots=True)

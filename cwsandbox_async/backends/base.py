@@ -29,6 +29,12 @@ Rules every implementation follows (``cwsandbox_async.testing.contract`` checks 
   normal return. ``ExecExit`` carries the facts a verdict needs where the backend
   can tell them (``oom_killed``, ``cpu_exceeded``, ``cpu_wait_seconds``). An exec
   the backend abandons (cancelled, timed out, truncated) leaves no process behind.
+  ``request.cpu_priority`` (always with ``exclusive`` and a ``cpu_seconds`` budget)
+  asks for the sandbox to get the CPU before the other sandboxes while the command
+  runs: a backend with a mechanism grants it out of the program's reach and takes
+  it back when the exec ends, however it ends (the local backend: its cgroup's CPU
+  weight); a backend without one (Kubernetes, CoreWeave, the fake) ignores it and
+  runs the command at its usual share.
   A broken channel raises ``SandboxTransportError``; a sandbox that is gone raises
   ``SandboxNotRunningError``.
 - ``destroy`` is idempotent: destroying an unknown or already destroyed sandbox

@@ -49,6 +49,7 @@ async def run_python(
     stdin: bytes | None = None,
     exclusive: bool = False,
     cpu_seconds: float | None = None,
+    cpu_priority: bool = False,
 ) -> ExecResult:
     """Run ``source`` with the sandbox's Python and return the result (a non-zero exit is a result).
 
@@ -60,17 +61,31 @@ async def run_python(
     ``SandboxTimeoutError`` when the program runs past ``timeout_seconds`` (not an
     infrastructure failure unless the program was starved of CPU; ``.result`` has
     its output so far), ``SandboxNotRunningError``/``SandboxTransportError`` when
-    the sandbox or its channel fails. ``cpu_seconds``: a CPU-time budget (``Sandbox.exec``).
+    the sandbox or its channel fails. ``cpu_seconds``: a CPU-time budget; ``cpu_priority``: the
+    sandbox gets the CPU before other sandboxes while it runs, where the backend can (with
+    ``exclusive`` and ``cpu_seconds`` only; ``Sandbox.exec``).
     """
     small = len(source.encode("utf-8", errors="surrogatepass")) <= INLINE_SOURCE_LIMIT and "\x00" not in source
     if small and python == "python3":
         return await sandbox.run_python(
-            source, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin, exclusive=exclusive, cpu_seconds=cpu_seconds
+            source,
+            timeout_seconds=timeout_seconds,
+            cwd=cwd,
+            stdin=stdin,
+            exclusive=exclusive,
+            cpu_seconds=cpu_seconds,
+            cpu_priority=cpu_priority,
         )
     argv = [python, "-c", source]
     if not small:
         argv = [python, f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"]
         await sandbox.write_file(argv[1], source)
     return await sandbox.exec(
-        argv, timeout_seconds=timeout_seconds, cwd=cwd, stdin=stdin, exclusive=exclusive, cpu_seconds=cpu_seconds
+        argv,
+        timeout_seconds=timeout_seconds,
+        cwd=cwd,
+        stdin=stdin,
+        exclusive=exclusive,
+        cpu_seconds=cpu_seconds,
+        cpu_priority=cpu_priority,
     )

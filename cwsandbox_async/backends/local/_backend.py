@@ -28,7 +28,9 @@ pids               the sandbox's pids cgroup, ``pids.max`` = pids + 4 (PID 1 and
                    when the sandbox runs as a non-root host uid (it does when the
                    driver is root, see ``host_uid``)
 cpu                the cgroup's CPU quota (no fallback); every sandbox has its own CPU
-                   cgroup anyway, so sandboxes share the CPU by weight (``cpu_weight``)
+                   cgroup anyway, so sandboxes share the CPU by weight (``cpu_weight``),
+                   and an exec with ``cpu_priority`` has its sandbox's weight raised while
+                   it runs (``_priority``; without a CPU cgroup it runs at its usual share)
 cpu_seconds        a CPU budget per exec, for every process it made (the sandbox cgroup's
                    usage, PID 1's own subtracted; see ``agent.execs``), as ``ExecRequest.cpu_seconds``
                    when the request has none; and RLIMIT_CPU of every process (a command
@@ -72,6 +74,7 @@ from ._host_uids import HostIds
 from ._leftover import destroy_leftover
 from ._listing import ID_RE, Listing
 from ._options import LocalOptions, check_options
+from ._priority import cpu_priority
 from ._registry import Registry, proc_start_time
 from ._runners.base import Machine, Runner
 from ._runners.born import BornRunner
@@ -255,7 +258,10 @@ class LocalBackend(Backend):
         return box.runner
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
-        return await self._running(sandbox_id).exec(request, on_output)
+        """Run one command; ``request.cpu_priority`` raises the sandbox's CPU weight while it runs (``_priority``)."""
+        runner = self._running(sandbox_id)
+        with cpu_priority(runner.cgroup, request.cpu_priority, sandbox_id):
+            return await runner.exec(request, on_output)
 
     async def run_python(
         self, sandbox_id: str, source: str, request: ExecRequest, on_output: OutputCallback | None = None
@@ -264,7 +270,9 @@ class LocalBackend(Backend):
 
         As ``python3 -c`` with ``PYTHONSAFEPATH=1`` (the working directory is not on ``sys.path``, nor
         for the Pythons it starts) unless the request's ``env`` sets ``PYTHONSAFEPATH`` (``""``: on)."""
-        return await self._running(sandbox_id).run_python(source, request, on_output)
+        runner = self._running(sandbox_id)
+        with cpu_priority(runner.cgroup, request.cpu_priority, sandbox_id):
+            return await runner.run_python(source, request, on_output)
 
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:
         return await self._running(sandbox_id).read(path, max_bytes)

@@ -15,7 +15,9 @@ Every sandbox gets a group in each usable controller, whatever its limits:
   default: however many busy threads the commands run, they are one entity against the agent, which
   gets the sandbox's CPU first whenever it is runnable (its report cannot be delayed from inside). A
   quota (``cfs_quota_us`` / ``cpu.max``), only when ``Resources.cpu`` asks for one, is on ``S/cmd``:
-  the commands cannot throttle the agent by using up the sandbox's quota.
+  the commands cannot throttle the agent by using up the sandbox's quota. ``S``'s own weight is
+  raised to ``PRIORITY_CPU_WEIGHT`` while an exec asks for CPU priority (``_priority``), by the
+  driver: ``SandboxCgroup.weight_file`` and the values it takes.
 - **pids**: ``pids.max`` for the whole sandbox (its machinery included).
 - **cpuacct** (v1; v2's ``cpu.stat`` is always there): the CPU time of everything in the sandbox,
   read by the agent (``sandbox_cpu``) to tell a starved program from a busy one.
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 
 from ..._log import log
 
-__all__ = ["PREFIX", "CgroupManager", "SandboxCgroup", "is_our_cgroup", "process_tree"]
+__all__ = ["PREFIX", "PRIORITY_CPU_WEIGHT", "CgroupManager", "SandboxCgroup", "is_our_cgroup", "process_tree"]
 
 PREFIX = "cwsandbox_async-"
 CONTROLLERS = ("pids", "memory", "cpu", "cpuacct")
@@ -52,6 +54,12 @@ COMMAND_CHILD = "cmd"
 #: The agent's CPU weight inside its sandbox (v2 ``cpu.weight``; v1 ``cpu.shares`` is this times
 #: ``SHARES_PER_WEIGHT``), against the commands' default 100: the highest v2 allows.
 AGENT_CPU_WEIGHT = 10_000
+#: A sandbox's CPU weight while an exec has priority (``_priority``), against every other sandbox's
+#: (the kernel's default 100, or ``cpu_weight``) and the host's own processes (100 each at nice 0): the
+#: highest v2 allows, and the same in v1 shares (``SHARES_PER_WEIGHT``).
+PRIORITY_CPU_WEIGHT = 10_000
+#: The kernel's default weight of a new group (v2 ``cpu.weight``; v1 ``cpu.shares`` is 1024).
+DEFAULT_CPU_WEIGHT = 100
 
 
 def _read(path: str) -> str:
@@ -62,6 +70,11 @@ def _read(path: str) -> str:
 def _write(path: str, value: str) -> None:
     with open(path, "w") as f:
         f.write(value)
+
+
+def _shares(weight: int) -> str:
+    """v1 ``cpu.shares`` for a v2 weight."""
+    return str(max(2, round(weight * SHARES_PER_WEIGHT)))
 
 
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
@@ -149,6 +162,13 @@ class SandboxCgroup:
     #: which waits for an RCU grace period, 10-30 ms here, when it was idle), v2 ``cgroup.procs``.
     join_file: str = "cgroup.procs"
     enforced: dict[str, str] = field(default_factory=dict)
+    #: The sandbox's CPU weight (v1 ``cpu.shares``, v2 ``cpu.weight`` of its top group; None without a
+    #: cpu group), its usual value and its value while an exec has priority (see ``_priority``).
+    weight_file: str | None = None
+    weight_usual: str = ""
+    weight_priority: str = ""
+    #: Execs holding the priority now (``_priority``): the weight is raised while there is one.
+    priority_holders: int = 0
 
     def attach(self, pid: int) -> None:
         """Move one process where commands run (the plain path); ``OSError`` if the kernel refuses."""
@@ -325,13 +345,17 @@ class CgroupManager:
         if "cpu" in dirs:
             cg.enforced["cpu_share"] = "cgroup-v1"
             top = dirs["cpu"]
+            weight = DEFAULT_CPU_WEIGHT if self.cpu_weight is None else self.cpu_weight
             if self.cpu_weight is not None:
-                self._set(top, "cpu.shares", str(max(2, round(self.cpu_weight * SHARES_PER_WEIGHT))))
+                self._set(top, "cpu.shares", _shares(weight))
+            cg.weight_file = os.path.join(top, "cpu.shares")
+            cg.enforced["cpu_priority"] = "cgroup-v1"
+            cg.weight_usual, cg.weight_priority = _shares(weight), _shares(PRIORITY_CPU_WEIGHT)
             # The agent and the commands as siblings (see the module docstring); where the cpu
             # hierarchy is shared with memory, ``S/cmd`` is the memory child already made above.
             agent = self._mkdir(cg, os.path.join(top, AGENT_CHILD))
             cg.agent_dirs[cg.agent_dirs.index(top)] = agent
-            self._set(agent, "cpu.shares", str(round(AGENT_CPU_WEIGHT * SHARES_PER_WEIGHT)))
+            self._set(agent, "cpu.shares", _shares(AGENT_CPU_WEIGHT))
             cmd = os.path.join(top, COMMAND_CHILD)
             if cmd not in cg.command_dirs:
                 cg.command_dirs.append(self._mkdir(cg, cmd))
@@ -369,6 +393,10 @@ class CgroupManager:
             cg.enforced["cpu_share"] = "cgroup-v2"
             if self.cpu_weight is not None:
                 self._set(top, "cpu.weight", str(self.cpu_weight))
+            cg.weight_file = os.path.join(top, "cpu.weight")
+            cg.enforced["cpu_priority"] = "cgroup-v2"
+            cg.weight_usual = str(DEFAULT_CPU_WEIGHT if self.cpu_weight is None else self.cpu_weight)
+            cg.weight_priority = str(PRIORITY_CPU_WEIGHT)
             if cpu is not None and self._set(cmd, "cpu.max", f"{max(1000, int(cpu * CPU_PERIOD_US))} {CPU_PERIOD_US}"):
                 cg.enforced["cpu"] = "cgroup-v2"
 
