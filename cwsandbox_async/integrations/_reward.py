@@ -19,6 +19,7 @@ tail); outcomes map as:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -208,21 +209,36 @@ class RewardCore:
             async with source() as sandbox:
                 return await run_item(sandbox, index, code, tests, self.item)
 
-    def _deadline(self) -> float:
-        """Each item's deadline: lease wait + its timeout, + each starved retry's wall budget, + slack."""
+    def _deadline(self, judged: Sequence[JudgeItem] = ()) -> float:
+        """Each item's deadline: lease wait + its own budget + slack. A program's budget is its timeout
+        plus each starved retry's wall budget; a judged completion's is the judge's own
+        (``Judge.budget_seconds``: compile, every case at its wall limit, sweeps, reruns, checker),
+        the longest of the batch's, so a program that sleeps through its cases is scored, not cut off."""
         item = self.item
-        retries = item.starved_retries * item.starved_retry_timeout_seconds
-        return self.lease_timeout_seconds + self.timeout_seconds + retries + ITEM_DEADLINE_SLACK_SECONDS
+        if self.judging is not None:
+            budget = self.judging.budget_seconds(judged)
+        else:
+            budget = self.timeout_seconds + item.starved_retries * item.starved_retry_timeout_seconds
+        return self.lease_timeout_seconds + budget + ITEM_DEADLINE_SLACK_SECONDS
 
     async def _judge_one(
         self, source: SandboxSource, session: Session | None, index: int, item: JudgeItem
     ) -> CompletionVerdict:
-        """The judge's verdict as a completion's: its score, kind, and every test case in ``cases``."""
+        """The judge's verdict as a completion's: its score, kind, reason, and every test case in ``cases``.
+
+        A completion in a language outside the allow-list is 0.0 (``compile_error``) without a
+        sandbox; a sandbox the judge could not clean is stopped, so its lease is never reused."""
         assert self.judging is not None and session is not None
+        if item.refused:
+            return CompletionVerdict(index, VerdictKind.COMPILE_ERROR, 0.0, f"compile_error: {item.refused}")
         with structlog.contextvars.bound_contextvars(completion=index):
             async with source() as sandbox:
                 result = await self.judging.judge(session, sandbox, item)
-        return judged_verdict(index, result, sandbox.sandbox_id)
+                if not result.clean:
+                    log.warning("judged sandbox not clean: stopping it", sandbox_id=sandbox.sandbox_id)
+                    await sandbox.stop()
+        verdict = judged_verdict(index, result, sandbox.sandbox_id)
+        return dataclasses.replace(verdict, reason=result.reason) if result.reason else verdict
 
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]
@@ -240,8 +256,10 @@ class RewardCore:
         self.calls += 1
         call = self.calls
         work: list[Callable[[], Awaitable[CompletionVerdict]]]
+        judged: list[JudgeItem] = []
         if self.judging is not None:
             items = self.judging.items([completion_text(c) for c in completions], kwargs, self.tests_column)
+            judged = [item for item in items if item is not None]
             verdicts: list[CompletionVerdict | None] = [
                 CompletionVerdict(i, VerdictKind.NO_CODE, None, "the completion holds no code or no test cases")
                 if item is None
@@ -264,7 +282,7 @@ class RewardCore:
             work = [functools.partial(self._run_one, source, i, *p) for i, p in enumerate(programs) if p is not None]
         bugs: list[BaseException] = []
         if work:
-            async with as_completed(work, limit=self.limit, timeout_seconds=self._deadline()) as results:
+            async with as_completed(work, limit=self.limit, timeout_seconds=self._deadline(judged)) as results:
                 async for outcome in results:
                     i = index[outcome.index]
                     if outcome.value is not None:

@@ -7,24 +7,35 @@ name. Exit 0 accepts; any other exit (testlib: 1 wrong answer, 2 presentation er
 checker that runs out of time is a wrong answer (the program's output may be what broke it), with
 the checker's output as the detail.
 
-It runs in one exclusive exec after the program's: every process of the completion has been
-killed before the checker is written, compiled or run, so nothing of the program can touch it;
-the expected answers enter the sandbox only then. A checker that does not compile raises
-``JudgeError`` (the caller's to fix). A checker whose time ran out while it was starved of CPU is
-run again alone, then the case is ``STARVED``.
+**Before the program.** The first judgement of a ``Judge`` compiles the checker once (``check_checker``)
+in its sandbox before the program runs there: a checker that does not compile on a clean sandbox
+raises ``JudgeError`` (the caller's to fix) before any score.
+
+**After the program.** The checker runs in its own exclusive exec after the program's exec ended:
+every process of the completion was killed, and everything it wrote was swept (``_runjob``), before
+the checker is written, compiled or run, so nothing of the program can touch it; the expected
+answers enter the sandbox only then, and the checker's exec sweeps its own directory (the expected
+answers with it) before it ends. A checker step that fails now (its runner cannot start, it does
+not compile) fails because of what the program did or left: the checked cases are the program's
+``WRONG_ANSWER`` with that reason, never an exception. A checker whose time ran out while it was
+starved of CPU is run again alone, then the case is ``STARVED``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._errors import SandboxValidationError
+from .._log import log
+from ._callvalue import decode
 from ._compare import expected_bytes
 from ._languages import Language, get_language
-from ._runjob import Ended, Step, run_job
+from ._plan import CACHE_DIR, CHECKER_COMPILE_FACTOR, CHECKER_WALL_FACTOR, uses_cache
+from ._runjob import SWEEP_SLACK_SECONDS, Ended, JobReport, Step, run_job
 from ._toolchains import fill
 from ._types import CaseResult, JudgeError, TestCase, Verdict
 from ._verdicts import suspect_starved, tail
@@ -33,9 +44,10 @@ if TYPE_CHECKING:
     from .._sandbox import Sandbox
     from ._judge import Judge
 
-__all__ = ["Checker", "run_checker"]
+__all__ = ["Checker", "check_checker", "run_checker"]
 
 FILES = ("input.txt", "output.txt", "expected.txt")
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,33 +65,31 @@ class Checker:
         get_language(self.language)
 
 
-async def run_checker(
-    checker: Checker,
-    sb: Sandbox,
-    cases: list[TestCase],
-    results: list[CaseResult],
-    outputs: dict[int, bytes],
-    judge: Judge,
-) -> list[CaseResult]:
-    """``results`` with every "to be checked" case decided by the checker."""
-    todo = [r for r in results if r.verdict is Verdict.ACCEPTED]
-    if not todo:
-        return results
+@dataclass(frozen=True, slots=True)
+class _Job:
+    work: str
+    step: Step
+    compile_step: Step | None
+    mkdirs: list[str]
+    write: dict[str, bytes]
+
+
+def _job(checker: Checker, sb: Sandbox) -> _Job:
     lang = get_language(checker.language)
-    await judge.check_toolchains([lang], sandbox=sb)
-    work = f"/tmp/.checker-{uuid.uuid4().hex}"
+    base = sb.defaults.working_dir.rstrip("/") or "/tmp"
+    work = f"{base}/.checker-{uuid.uuid4().hex}"
     cls = lang.class_name(checker.source)
     src = f"{work}/{lang.source_file.replace('{class}', cls)}"
-    values = {"dir": work, "src": src, "exe": f"{work}/main", "class": cls, "cache": "/tmp/cwsandbox-judge-cache"}
+    values = {"dir": work, "src": src, "exe": f"{work}/main", "class": cls, "cache": CACHE_DIR}
     values["memory_mib"] = str(checker.memory_mib)
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    env = {"PATH": _PATH, "LANG": "C.UTF-8"}
     env.update({k: fill((v,), values)[0] for k, v in lang.env.items()})
     step = Step(
         argv=[*fill(lang.run, values), *FILES],
         cwd=work,
         env=env,
         time_seconds=checker.time_seconds,
-        wall_seconds=checker.time_seconds * 2 + 1,
+        wall_seconds=checker.time_seconds * CHECKER_WALL_FACTOR + 1,
         memory_bytes=None,
         output_bytes=64 * 1024,
         stderr_bytes=4096,
@@ -90,23 +100,76 @@ async def run_checker(
             step,
             argv=fill(lang.compile, values),
             time_seconds=lang.compile_seconds,
-            wall_seconds=2 * lang.compile_seconds,
+            wall_seconds=CHECKER_COMPILE_FACTOR * lang.compile_seconds,
         )
-    inputs = [[b"", cases[r.index].stdin_bytes(), outputs.get(r.index, b""), _want(cases[r.index])] for r in todo]
+    mkdirs = [work, f"{work}/home"] + ([CACHE_DIR] if uses_cache(lang) else [])
+    return _Job(work, step, compile_step, mkdirs, {src: checker.source.encode("utf-8", "surrogatepass")})
+
+
+def _compile_failed(job: _Job, report: JobReport) -> bool:
+    return job.compile_step is not None and (report.compile is None or report.compile.exit_code != 0)
+
+
+async def check_checker(checker: Checker, sb: Sandbox, judge: Judge) -> bool:
+    """Compile ``checker`` in ``sb`` (before a program runs there). ``JudgeError`` if it does not compile;
+    ``False`` when the platform kept it from finishing (ask again next time), ``True`` when it compiled."""
+    await judge.check_toolchains([checker.language], sandbox=sb)
+    job = _job(checker, sb)
     report = await run_job(
         sb,
-        step=step,
-        inputs=inputs,
-        compile_step=compile_step,
-        mkdirs=[work, f"{work}/home", "/tmp/cwsandbox-judge-cache"],
-        write={src: checker.source.encode()},
-        files=FILES,
+        step=job.step,
+        inputs=[],
+        compile_step=job.compile_step,
+        mkdirs=job.mkdirs,
+        write=job.write,
+        remove=[job.work],
     )
-    if compile_step is not None and (report.compile is None or report.compile.exit_code != 0):
+    if not _compile_failed(job, report):
+        return True
+    if report.ended in (Ended.STARVED, Ended.INFRASTRUCTURE):
+        return False
+    why = tail(report.compile.stderr + report.compile.stdout) if report.compile else report.detail
+    raise JudgeError(f"the checker does not compile: {why.replace(job.work + '/', '')}")
+
+
+async def run_checker(
+    checker: Checker,
+    sb: Sandbox,
+    cases: list[TestCase],
+    results: list[CaseResult],
+    outputs: dict[int, bytes],
+    judge: Judge,
+) -> tuple[list[CaseResult], bool]:
+    """``results`` with every "to be checked" case decided by the checker; whether its exec left the sandbox clean."""
+    todo = [r for r in results if r.verdict is Verdict.ACCEPTED]
+    if not todo:
+        return results, True
+    job = _job(checker, sb)
+    inputs = [
+        [b"", cases[r.index].stdin_bytes(), _got(cases[r.index], outputs.get(r.index, b"")), _want(cases[r.index])]
+        for r in todo
+    ]
+    try:
+        report = await run_job(
+            sb,
+            step=job.step,
+            inputs=inputs,
+            compile_step=job.compile_step,
+            mkdirs=job.mkdirs,
+            write=job.write,
+            files=FILES,
+            remove=[job.work],
+        )
+    except JudgeError as exc:  # after the program ran: what it did or left broke the checker's start
+        log.warning("the checker could not start after the program", error=exc.message)
+        why = f"the checker could not run after the program: {exc.message[-200:]}"
+        return [_failed(r, why, todo) for r in results], True
+    clean = report.clean is not False
+    if _compile_failed(job, report):
         if report.ended in (Ended.STARVED, Ended.INFRASTRUCTURE):
-            return [_unscored(r, report.ended) if r in todo else r for r in results]
-        why = tail(report.compile.stderr + report.compile.stdout) if report.compile else report.detail
-        raise JudgeError(f"the checker does not compile: {why}")
+            return [_unscored(r, report.ended) if r in todo else r for r in results], clean
+        why = tail(report.compile.stderr + report.compile.stdout, 200) if report.compile else report.detail
+        return [_failed(r, f"the checker did not compile after the program: {why}", todo) for r in results], clean
     decided = {r.index: r for r in report.cases}
     out: list[CaseResult] = []
     for r in results:
@@ -115,10 +178,20 @@ async def run_checker(
             continue
         k = todo.index(r)
         raw = decided.get(k)
+        compile_wall = job.compile_step.wall_seconds if job.compile_step is not None else 0.0
         if raw is not None and suspect_starved(raw):
             again = await run_job(
-                sb, step=step, inputs=[inputs[k]], files=FILES, exec_timeout_seconds=step.wall_seconds + 1
+                sb,
+                step=job.step,
+                inputs=[inputs[k]],
+                compile_step=job.compile_step,
+                mkdirs=job.mkdirs,
+                write=job.write,
+                files=FILES,
+                exec_timeout_seconds=job.step.wall_seconds + 1 + compile_wall + SWEEP_SLACK_SECONDS,
+                remove=[job.work],
             )
+            clean = clean and again.clean is not False
             raw = again.cases[0] if again.cases else None
             if raw is None and again.ended == Ended.STARVED:
                 out.append(_unscored(r, Ended.STARVED))
@@ -139,14 +212,36 @@ async def run_checker(
                 else f"checker {raw.killed} limit"
             )
             out.append(dataclasses.replace(r, verdict=Verdict.WRONG_ANSWER, detail=why))
-    return out
+    return out, clean
+
+
+def _failed(r: CaseResult, why: str, todo: list[CaseResult]) -> CaseResult:
+    return dataclasses.replace(r, verdict=Verdict.WRONG_ANSWER, detail=why) if r in todo else r
+
+
+def _json(value: object) -> bytes | None:
+    try:
+        return json.dumps(value).encode()
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _got(case: TestCase, stdout: bytes) -> bytes:
+    """What the checker reads as the program's output: a call's value as JSON when JSON can hold it."""
+    if not case.call:
+        return stdout
+    try:
+        value = decode(stdout.rstrip(b"\n").rpartition(b"\n")[2])
+    except ValueError:
+        return stdout
+    if isinstance(value, (set, frozenset, tuple)):
+        value = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else list(value)
+    return _json(value) or stdout
 
 
 def _want(case: TestCase) -> bytes:
     if case.call:
-        import json
-
-        return json.dumps(case.expected).encode()
+        return _json(case.expected) or b""
     return expected_bytes(case.expected)
 
 

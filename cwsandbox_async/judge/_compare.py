@@ -11,19 +11,19 @@ Modes (``Judge(compare=...)``):
 - a ``Checker``: a program run in the sandbox, as its own process, after every process of the
   completion was killed (see ``_checker``).
 
-Call-based cases compare JSON values: equal after tuples became lists, numbers within the
-float tolerance when ``compare="float"``; a list-wrapped expected value (APPS writes ``[x]``)
-also accepts ``x``.
+Call-based cases compare values (``_callvalue``: read without recursion or decimal parsing, both
+sides normalised alike: lists and tuples, sets against sets or unordered lists, JSON's dict keys),
+numbers within the float tolerance when ``compare="float"``; a list-wrapped expected value (APPS
+writes ``[x]``) also accepts ``x``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
 from typing import Any
 
 from .._errors import SandboxValidationError
+from ._callvalue import decode, values_equal
 
 __all__ = ["COMPARE_MODES", "compare_call", "compare_text", "expected_bytes"]
 
@@ -86,39 +86,18 @@ def compare_text(
     raise SandboxValidationError(f"compare must be one of {', '.join(COMPARE_MODES)} or a Checker, got {mode!r}")
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _values_equal(got: Any, want: Any, close: Callable[[float, float], bool] | None) -> bool:
-    if isinstance(got, bool) or isinstance(want, bool):
-        return isinstance(got, bool) and isinstance(want, bool) and got is want  # True is not 1
-    if close is not None and isinstance(got, (int, float)) and isinstance(want, (int, float)):
-        return got == want or (math.isfinite(got) and math.isfinite(want) and close(float(got), float(want)))
-    if isinstance(got, list) and isinstance(want, list):
-        return len(got) == len(want) and all(_values_equal(a, b, close) for a, b in zip(got, want, strict=True))
-    if isinstance(got, dict) and isinstance(want, dict):
-        return got.keys() == want.keys() and all(_values_equal(got[k], want[k], close) for k in got)
-    return bool(got == want)
-
-
 def compare_call(
     mode: str, stdout: bytes, want: Any, *, rel_tol: float = DEFAULT_TOL, abs_tol: float = DEFAULT_TOL
 ) -> bool:
-    """Whether the call harness's last stdout line (a JSON value) equals ``want``."""
-    lines = stdout.rstrip(b"\n").rsplit(b"\n", 1)
+    """Whether the call harness's result line (its last stdout line, ``_callvalue``'s tokens) equals ``want``."""
+    line = stdout.rstrip(b"\n").rpartition(b"\n")[2]
+    if not line.strip():
+        return False
     try:
-        got = json.loads(lines[-1]) if lines and lines[-1] else None
+        got = decode(line)
     except ValueError:
         return False
-    if not lines or not lines[-1]:
-        return False
     close = (lambda a, b: _close(a, b, rel_tol, abs_tol)) if mode == "float" else None
-    want = _plain(want)
-    if _values_equal(got, want, close):
+    if values_equal(got, want, close):
         return True
-    return isinstance(want, list) and len(want) == 1 and _values_equal(got, want[0], close)
+    return isinstance(want, list) and len(want) == 1 and values_equal(got, want[0], close)

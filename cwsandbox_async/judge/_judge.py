@@ -2,36 +2,48 @@
 
 ``Judge(session)`` judges in a fresh sandbox of the session per completion (or a pool's lease, with
 ``pool=``, or the sandbox you pass). Per completion, one exclusive exec runs the in-sandbox runner
-(``sandboxed/runner.py``): it writes the source, compiles it under the language's own compile time
-limit, then runs each case as a fresh process with the case's CPU, wall and memory limits, and
-reports each case's stdout (capped), stderr tail, exit, CPU, wall and peak memory. The comparison
-with the expected output happens here, in the driver: expected outputs never enter the sandbox
-(except for a ``Checker``, which runs after every process of the completion is gone).
+(``sandboxed/runner.py``): it writes the source into a fresh directory with an unguessable name,
+compiles it under the language's own compile time limit, runs each case as a fresh process with
+the case's CPU, wall and memory limits, reports each case's stdout (capped), stderr tail, exit,
+CPU, wall and peak memory, and, once every process of the completion is dead, removes that
+directory and everything the program created or changed in the sandbox's writable places
+(``sandboxed/sweep.py``; a follow-up exec does it if the program killed the runner first). So a
+sandbox is as it was before the completion when the next one is judged in it (a pool's reused
+lease, or the sandbox you pass); ``JudgeResult.clean`` says when that could not be done, and a
+judge that leased the sandbox from its pool then stops it instead of returning it.
+
+The comparison with the expected output happens here, in the driver: expected outputs never enter
+the sandbox (except for a ``Checker``, which runs after the program's exec and its sweep).
 
 Failures are scored by who caused them (``docs/judge.md``): the program's (compile error, wrong
 answer, time, memory, crash, killing the runner) are verdicts; the platform's (a sandbox that died
 for outside reasons, a broken transport, a case starved of CPU twice) are ``INFRASTRUCTURE`` /
 ``STARVED`` and make the score ``None``; a caller mistake (unknown language, bad cases, a missing
-toolchain: ``ToolchainError``, found before any scoring) is raised.
+toolchain: ``ToolchainError``, a checker that does not compile: ``JudgeError``, found before the
+program runs) is raised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._errors import SandboxTimeoutError, SandboxValidationError
-from ._checker import Checker, run_checker
-from ._compare import COMPARE_MODES, DEFAULT_TOL, compare_call, compare_text, expected_bytes
+import anyio
+
+from .._errors import SandboxValidationError
+from ._cases import CaseDecider, stop_at_first_failure, timed_out, unreported
+from ._checker import Checker, check_checker, run_checker
+from ._compare import COMPARE_MODES, DEFAULT_TOL
 from ._languages import Language, get_language
+from ._plan import CACHE_DIR, MAX_RERUNS, Plan, budget_seconds, make_plan, output_cap
 from ._problem import Problem
-from ._runjob import HARNESS_SOURCE, Ended, JobReport, RawCase, Step, run_job
-from ._toolchains import ToolchainCache, fill
+from ._reasons import compile_reason, result_reason
+from ._runjob import Ended, JobReport, RawCase, run_job
+from ._toolchains import ToolchainCache
 from ._types import SCORE_MODES, CaseResult, JudgeResult, Limits, TestCase, Verdict
-from ._verdicts import classify, score, summary_verdict, suspect_starved, tail
+from ._verdicts import score, summary_verdict, suspect_starved, tail
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -40,14 +52,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CACHE_DIR", "Judge"]
 
-#: Per-sandbox cache (Go's build cache), kept across the judgements of one sandbox.
-CACHE_DIR = "/tmp/cwsandbox-judge-cache"
 _TOOLCHAINS = ToolchainCache()
-#: The compile step's wall limit, as a multiple of its CPU limit (``compile_seconds``).
-COMPILE_WALL_FACTOR = 1.5
-#: A case suspected of being starved is re-run alone with this many times its wall limit.
-RERUN_WALL_FACTOR = 4.0
-_MIB = 1024 * 1024
+#: Memory the runner and a case's own overhead need in the sandbox beyond the case's limit.
+ROOM_MIB = 64
 
 
 class Judge:
@@ -56,12 +63,13 @@ class Judge:
     - ``compare``: ``"whitespace"`` (default), ``"exact"``, ``"float"`` (``rel_tol``/``abs_tol``),
       or a ``Checker``.
     - ``score``: ``"fraction"`` (cases passed / cases), ``"all"`` (1.0 only if every case
-      passed), ``"first_failure"`` (all-or-nothing, and judging stops at the first failing case;
-      the cases after it are ``SKIPPED``).
+      passed; the runner stops at the first case that crashes or runs out of time or memory, and
+      the cases after it are ``SKIPPED``), ``"first_failure"`` (as ``"all"``, and the cases after
+      a wrong answer are ``SKIPPED`` too).
     - ``limits``: per-case limits (``Limits``); a judgement may pass its own.
     - ``pool``: lease sandboxes from this pool instead of creating one per completion.
     - ``starved_retries``: how often a case whose time ran out while it was starved of CPU is
-      re-run alone before it is ``STARVED``.
+      re-run alone before it is ``STARVED`` (at most ``MAX_RERUNS`` cases per completion are).
 
     Verdict counts go to the session's metrics (``cwsandbox/judge_<verdict>``, per case, and
     ``judge_completions``). Raises ``SandboxValidationError`` for bad settings.
@@ -94,6 +102,8 @@ class Judge:
         self.pool = pool
         self.rel_tol, self.abs_tol = float(rel_tol), float(abs_tol)
         self.starved_retries = starved_retries
+        self._checker_ok = False
+        self._checker_lock = anyio.Lock()
 
     # -- sandboxes ---------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -136,6 +146,18 @@ class Judge:
         values = {"dir": "/tmp/cwsandbox-judge-version", "cache": CACHE_DIR}
         return await _TOOLCHAINS.check(self.session, sandbox, lang, values)
 
+    async def _check_checker(self, sb: Sandbox) -> None:
+        """Compile the checker once, in this sandbox before the program runs: ``JudgeError`` if it does not."""
+        assert isinstance(self.compare, Checker)
+        async with self._checker_lock:
+            if not self._checker_ok:
+                self._checker_ok = await check_checker(self.compare, sb, self)
+
+    def budget_seconds(self, cases: int, language: str | Language, limits: Limits | None = None) -> float:
+        """The longest judging ``cases`` test cases in ``language`` can take, every exec at its timeout."""
+        checker = self.compare if isinstance(self.compare, Checker) else None
+        return budget_seconds(get_language(language), limits or self.limits, cases, checker)
+
     # -- judging -----------------------------------------------------------------------
     async def judge(
         self,
@@ -152,8 +174,8 @@ class Judge:
         ``cases`` may be a ``Problem`` (from the dataset adapters), which brings its ``fn_name``
         for call-based cases (Python only). Raises ``SandboxValidationError`` for bad input,
         ``ToolchainError`` when the language's toolchain is missing, ``JudgeError`` when the runner
-        cannot start; everything the program does is a verdict, and the platform's failures make
-        ``score`` ``None``.
+        cannot start or the checker does not compile (both before the program runs); everything
+        the program does is a verdict, and the platform's failures make ``score`` ``None``.
         """
         lang = get_language(language)
         if isinstance(cases, Problem):
@@ -169,9 +191,13 @@ class Judge:
             raise SandboxValidationError("call-based cases need language 'python' and an fn_name")
         lim = limits or self.limits
         async with self._sandbox(sandbox) as sb:
-            _check_room(sb, lang, lim)
+            check_room(sb, lang, lim)
             await self._toolchain(lang, sb)
+            if isinstance(self.compare, Checker):
+                await self._check_checker(sb)
             result = await self._judge_in(sb, source, lang, cases, lim, fn_name if call else None)
+            if not result.clean and sandbox is None:
+                await sb.stop()  # never back to the pool with the completion's files in it
         self._record(result)
         return result
 
@@ -182,99 +208,58 @@ class Judge:
         for kind, n in result.counts().items():
             recorder(kind, n)
 
-    def _steps(
-        self, sb: Sandbox, source: str, lang: Language, lim: Limits, fn_name: str | None
-    ) -> tuple[str, Step, Step | None, dict[str, bytes]]:
-        base = sb.defaults.working_dir.rstrip("/") or "/tmp"
-        work = f"{base}/.judge-{uuid.uuid4().hex[:12]}"
-        cls = lang.class_name(source)
-        src = f"{work}/{lang.source_file.replace('{class}', cls)}"
-        values = {
-            "dir": work,
-            "src": src,
-            "exe": f"{work}/main",
-            "class": cls,
-            "cache": CACHE_DIR,
-            "memory_mib": str(lim.memory_mib),
-        }
-        env = {k: fill((v,), values)[0] for k, v in lang.env.items()}
-        env = {
-            **{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-            **dict(sb.defaults.env),
-            **env,
-        }
-        writes = {src: source.encode("utf-8", "surrogatepass")}
-        run = fill(lang.run, values)
-        if fn_name is not None:
-            writes[f"{work}/call_harness.py"] = HARNESS_SOURCE.encode()
-            run = ["python3", "-I", f"{work}/call_harness.py", src, fn_name]
-        time_limit = lim.time_seconds + lang.time_extra_seconds
-        memory = (lim.memory_mib + lang.memory_extra_mib) * _MIB
-        step = Step(
-            argv=run,
-            cwd=work,
-            env=env,
-            time_seconds=time_limit,
-            wall_seconds=time_limit * lim.wall_factor + lim.wall_extra_seconds,
-            memory_bytes=memory,
-            output_bytes=int(lim.output_mib * _MIB),
-            stderr_bytes=lim.stderr_bytes,
-            sample_seconds=lim.sample_seconds,
-        )
-        compile_step = None
-        if lang.compile is not None:
-            compile_step = Step(
-                argv=fill(lang.compile, values),
-                cwd=work,
-                env=env,
-                time_seconds=lang.compile_seconds,
-                wall_seconds=lang.compile_seconds * COMPILE_WALL_FACTOR + 1.0,
-                memory_bytes=None,
-                output_bytes=64 * 1024,
-                stderr_bytes=8 * 1024,
-            )
-        return work, step, compile_step, writes
-
     async def _judge_in(
         self, sb: Sandbox, source: str, lang: Language, cases: list[TestCase], lim: Limits, fn_name: str | None
     ) -> JudgeResult:
-        work, step, compile_step, writes = self._steps(sb, source, lang, lim, fn_name)
-        expected_len = max((len(_expected_text(c)) for c in cases), default=0)
-        step = _with_output(step, max(step.output_bytes, 2 * expected_len + 4096))
-        mkdirs = [work, f"{work}/home", f"{work}/gopath", CACHE_DIR]
-        report = await run_job(
-            sb,
-            step=step,
-            inputs=[[c.stdin_bytes()] for c in cases],
-            compile_step=compile_step,
-            mkdirs=mkdirs,
-            write=writes,
-            stop_on_failure=self.score_mode == "first_failure",
-        )
+        checker = isinstance(self.compare, Checker)
+        plan = make_plan(sb, source, lang, lim, fn_name=fn_name, output_bytes=output_cap(cases, lim, checker=checker))
+        report = await self._run(sb, plan, [[c.stdin_bytes()] for c in cases])
+        clean = report.clean is not False
         compiled = report.compile
-        compile_seconds = compiled.wall_seconds if compiled else 0.0
-        if compile_step is not None and (compiled is None or compiled.exit_code != 0 or compiled.killed):
-            return await self._compile_failed(sb, lang, cases, report, compile_step)
-        results = await self._case_results(sb, step, cases, report, lang, fn_name)
+        if plan.compile_step is not None and (compiled is None or compiled.exit_code != 0 or compiled.killed):
+            result = await self._compile_failed(sb, plan, lang, cases, report)
+            return dataclasses.replace(result, clean=result.clean and clean)
+        results, rerun_clean = await self._case_results(sb, plan, cases, report, lang)
         if isinstance(self.compare, Checker):
             outputs = {r.index: r.stdout for r in report.cases}
-            results = await run_checker(self.compare, sb, cases, results, outputs, self)
+            results, checker_clean = await run_checker(self.compare, sb, cases, results, outputs, self)
+            clean = clean and checker_clean
+        del report  # the cases' outputs were compared: only the results' excerpts stay
         if self.score_mode == "first_failure":
-            results = _stop_at_first_failure(results)
+            results = stop_at_first_failure(results)
+        verdict = summary_verdict(results)
         return JudgeResult(
             language=lang.name,
-            verdict=summary_verdict(results),
+            verdict=verdict,
             score=score(results, self.score_mode, len(cases)),
             cases=tuple(results),
             compile_output=tail(compiled.stderr + compiled.stdout) if compiled else "",
-            compile_seconds=compile_seconds,
+            compile_seconds=compiled.wall_seconds if compiled else 0.0,
+            reason=result_reason(verdict, results),
+            clean=clean and rerun_clean,
+        )
+
+    async def _run(
+        self, sb: Sandbox, plan: Plan, inputs: list[list[bytes]], *, exec_timeout: float | None = None
+    ) -> JobReport:
+        return await run_job(
+            sb,
+            step=plan.step,
+            inputs=inputs,
+            compile_step=plan.compile_step,
+            mkdirs=plan.mkdirs,
+            write=plan.writes,
+            stop_on_failure=self.score_mode in ("all", "first_failure"),
+            exec_timeout_seconds=exec_timeout,
+            remove=[plan.work],
         )
 
     async def _compile_failed(
-        self, sb: Sandbox, lang: Language, cases: list[TestCase], report: JobReport, step: Step
+        self, sb: Sandbox, plan: Plan, lang: Language, cases: list[TestCase], report: JobReport
     ) -> JudgeResult:
         compiled = report.compile
-        verdict, detail, output = Verdict.COMPILE_ERROR, "", ""
+        verdict, detail, output, clean = Verdict.COMPILE_ERROR, "", "", True
+        assert plan.compile_step is not None
         if compiled is None:  # the runner never reported the compile: how did the exec end?
             verdict = {Ended.STARVED: Verdict.STARVED, Ended.INFRASTRUCTURE: Verdict.INFRASTRUCTURE}.get(
                 report.ended, Verdict.COMPILE_ERROR
@@ -283,112 +268,93 @@ class Judge:
         else:
             output = tail(compiled.stderr + compiled.stdout)
             if suspect_starved(compiled):
-                verdict, detail = await self._recompile(sb, step)
+                verdict, detail, clean = await self._recompile(sb, plan)
             elif compiled.killed in ("time", "wall"):
-                detail = f"compile time limit exceeded ({step.time_seconds:g} s)"
+                detail = f"compile time limit exceeded ({plan.compile_step.time_seconds:g} s)"
             elif compiled.killed == "output":
                 detail = "the compiler's output limit was exceeded"
             else:
-                detail = f"the compiler exited {compiled.exit_code}"
+                detail = compile_reason(output, plan.work)
         results = tuple(CaseResult(i, c.name, verdict, detail=detail) for i, c in enumerate(cases))
         return JudgeResult(
             language=lang.name,
             verdict=verdict,
             score=None if verdict.not_scored else 0.0,
             cases=results,
-            compile_output=output,
+            compile_output=output.replace(f"{plan.work}/", ""),
             compile_seconds=compiled.wall_seconds if compiled else 0.0,
+            reason=result_reason(verdict, results, detail if verdict is Verdict.COMPILE_ERROR else ""),
+            clean=clean,
         )
 
-    async def _recompile(self, sb: Sandbox, step: Step) -> tuple[Verdict, str]:
+    async def _recompile(self, sb: Sandbox, plan: Plan) -> tuple[Verdict, str, bool]:
         """A compile that ran out of wall time while starved: the sandbox decides, compiling alone."""
-        try:
-            result = await sb.exec(
-                list(step.argv), cwd=step.cwd, env=dict(step.env), timeout_seconds=step.wall_seconds, exclusive=True
-            )
-        except SandboxTimeoutError as exc:
-            if exc.infrastructure:
-                return Verdict.STARVED, "the compile was starved of CPU twice"
-            return Verdict.COMPILE_ERROR, "compile time limit exceeded"
-        if result.returncode != 0:
-            return Verdict.COMPILE_ERROR, f"the compiler exited {result.returncode}"
+        assert plan.compile_step is not None
+        report = await self._run(sb, plan, [], exec_timeout=plan.compile_step.wall_seconds + 10.0)
+        clean = report.clean is not False
+        compiled = report.compile
+        if compiled is None:
+            if report.ended in (Ended.STARVED, Ended.INFRASTRUCTURE):
+                return Verdict.STARVED, "the compile was starved of CPU twice", clean
+            return Verdict.COMPILE_ERROR, "compile time limit exceeded", clean
+        if compiled.exit_code != 0 or compiled.killed:
+            why = tail(compiled.stderr + compiled.stdout)
+            reason = compile_reason(why, plan.work) if why else "compile time limit exceeded"
+            return Verdict.COMPILE_ERROR, reason, clean
         # It compiled when given the CPU: the judgement cannot go on from here without a rerun.
-        return Verdict.STARVED, "the compile was starved of CPU (it succeeded when run alone)"
+        return Verdict.STARVED, "the compile was starved of CPU (it succeeded when run alone)", clean
 
     async def _case_results(
-        self, sb: Sandbox, step: Step, cases: list[TestCase], report: JobReport, lang: Language, fn_name: str | None
-    ) -> list[CaseResult]:
+        self, sb: Sandbox, plan: Plan, cases: list[TestCase], report: JobReport, lang: Language
+    ) -> tuple[list[CaseResult], bool]:
+        decide = CaseDecider(self.compare, self.rel_tol, self.abs_tol, plan.step, lang, report.oom_killed)
         raw = {r.index: r for r in report.cases}
         results: list[CaseResult] = []
-        first_missing = True
+        first_missing, reruns, clean = True, 0, True
         for i, case in enumerate(cases):
             r = raw.get(i)
             if r is None:
-                results.append(_unreported(i, case, report, first_missing))
+                results.append(unreported(i, case, report, first_missing))
                 first_missing = False
                 continue
             if suspect_starved(r):
-                r, why = await self._rerun(sb, step, case, r)
-                if r is None:
+                why = "" if reruns < MAX_RERUNS else f"not re-run: {MAX_RERUNS} cases of this completion were"
+                again: RawCase | None = None
+                if reruns < MAX_RERUNS:
+                    reruns += 1
+                    again, why, rerun_clean = await self._rerun(sb, plan, case, r)
+                    clean = clean and rerun_clean
+                if again is None:
                     detail = "its time ran out while it was starved of CPU, twice" + (f"; alone: {why}" if why else "")
                     results.append(CaseResult(i, case.name, Verdict.STARVED, detail=detail))
                     continue
-            results.append(self._verdict(i, case, r, step, lang, report.oom_killed))
-        return results
+                r = again
+            results.append(decide(i, case, r))
+        return results, clean
 
-    async def _rerun(self, sb: Sandbox, step: Step, case: TestCase, first: RawCase) -> tuple[RawCase | None, str]:
-        """Run a case whose wall time ran out while it waited for a CPU again, alone: ``None`` when starved
-        again, with the sandbox's words for it (what CPU it got, how long it waited).
+    async def _rerun(self, sb: Sandbox, plan: Plan, case: TestCase, first: RawCase) -> tuple[RawCase | None, str, bool]:
+        """Run a case whose wall time ran out while it waited for a CPU again, alone (compiled afresh, in
+        its own exec): ``None`` when starved again, with the sandbox's words for it; and whether the
+        exec's sweep left the sandbox clean.
 
         Its wall budget is ``RERUN_WALL_FACTOR`` times the usual, so a busy program reaches its CPU
         limit (a certain time limit) even on a loaded machine; the exec's own timeout is its wall
         limit, so the sandbox, on evidence from outside the program, decides whether it was starved.
         """
-        budget = step.wall_seconds * RERUN_WALL_FACTOR
-        alone = dataclasses.replace(step, wall_seconds=budget * 10)
-        why = ""
+        alone = dataclasses.replace(plan, step=dataclasses.replace(plan.step, wall_seconds=plan.rerun_seconds() * 10))
+        why, clean = "", True
         for _ in range(self.starved_retries):
-            report = await run_job(sb, step=alone, inputs=[[case.stdin_bytes()]], exec_timeout_seconds=budget + 1.0)
+            report = await self._run(sb, alone, [[case.stdin_bytes()]], exec_timeout=plan.rerun_seconds())
+            clean = clean and report.clean is not False
             if report.cases:
-                return report.cases[0], ""
+                return report.cases[0], "", clean
             if report.ended != Ended.STARVED:
-                return _timed_out(first), ""
+                return timed_out(first), "", clean
             why = report.detail
-        return None, why
-
-    def _verdict(self, i: int, case: TestCase, r: RawCase, step: Step, lang: Language, exec_oom: bool) -> CaseResult:
-        facts: dict[str, Any] = {
-            "exit_code": r.exit_code,
-            "cpu_seconds": r.cpu_seconds,
-            "wall_seconds": r.wall_seconds,
-            "memory_bytes": r.memory_bytes,
-            "stdout": tail(r.stdout, 2000),
-            "stderr_tail": tail(r.stderr, 2000),
-        }
-        decided = classify(
-            r,
-            time_seconds=step.time_seconds,
-            memory_bytes=step.memory_bytes,
-            oom_markers=lang.oom_markers,
-            exec_oom=exec_oom,
-        )
-        if decided is not None:
-            return CaseResult(i, case.name, decided[0], detail=decided[1], **facts)
-        if isinstance(self.compare, Checker):
-            return CaseResult(i, case.name, Verdict.ACCEPTED, detail="to be checked", **facts)
-        mode = self.compare
-        if case.call:
-            ok = compare_call(mode, r.stdout, case.expected, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
-        else:
-            ok = compare_text(mode, r.stdout, expected_bytes(case.expected), rel_tol=self.rel_tol, abs_tol=self.abs_tol)
-        return CaseResult(i, case.name, Verdict.ACCEPTED if ok else Verdict.WRONG_ANSWER, **facts)
+        return None, why, clean
 
 
-#: Memory the runner and a case's own overhead need in the sandbox beyond the case's limit.
-ROOM_MIB = 64
-
-
-def _check_room(sb: Sandbox, lang: Language, lim: Limits) -> None:
+def check_room(sb: Sandbox, lang: Language, lim: Limits) -> None:
     """``SandboxValidationError`` when the sandbox's own limits leave no room for the case's."""
     res = sb.defaults.resources
     need = lim.memory_mib + lang.memory_extra_mib + ROOM_MIB
@@ -399,54 +365,3 @@ def _check_room(sb: Sandbox, lang: Language, lim: Limits) -> None:
         )
     if res.pids is not None and res.pids < lang.min_pids:
         raise SandboxValidationError(f"{lang.name} needs Resources.pids >= {lang.min_pids}, the sandbox has {res.pids}")
-
-
-def _expected_text(case: TestCase) -> bytes:
-    if case.call:
-        return b""
-    return expected_bytes(case.expected)
-
-
-def _with_output(step: Step, output: int) -> Step:
-    return dataclasses.replace(step, output_bytes=output)
-
-
-def _timed_out(first: RawCase) -> RawCase:
-    return RawCase(
-        first.index,
-        -9,
-        first.cpu_seconds,
-        first.wall_seconds,
-        first.memory_bytes,
-        "time",
-        0.0,
-        False,
-        first.stdout,
-        first.stderr,
-    )
-
-
-def _unreported(i: int, case: TestCase, report: JobReport, first: bool) -> CaseResult:
-    """A case the runner never reported: the one in flight takes the blame for how the exec ended."""
-    if report.ended == Ended.STARVED:
-        return CaseResult(i, case.name, Verdict.STARVED, detail=report.detail)
-    if report.ended == Ended.INFRASTRUCTURE:
-        return CaseResult(i, case.name, Verdict.INFRASTRUCTURE, detail=report.detail)
-    if not first or report.ended == Ended.COMPLETE:
-        return CaseResult(i, case.name, Verdict.SKIPPED, detail="not run: judging stopped before it")
-    if report.ended == Ended.TIMED_OUT:
-        return CaseResult(i, case.name, Verdict.TIME_LIMIT, detail="the program held the judging up past its time")
-    verdict = Verdict.MEMORY_LIMIT if report.oom_killed else Verdict.RUNTIME_ERROR
-    return CaseResult(i, case.name, verdict, detail=report.detail)
-
-
-def _stop_at_first_failure(results: list[CaseResult]) -> list[CaseResult]:
-    out: list[CaseResult] = []
-    failed = False
-    for r in results:
-        if failed:
-            out.append(CaseResult(r.index, r.name, Verdict.SKIPPED, detail="not counted: an earlier case failed"))
-            continue
-        out.append(r)
-        failed = not r.passed and not r.verdict.not_scored
-    return out

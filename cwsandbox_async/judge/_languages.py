@@ -22,7 +22,8 @@ Per-language defaults (measured here: 2 cores, cgroup v1):
 - **javascript**: ``node`` with ``--max-old-space-size={memory_mib}``; the compile step is
   ``node --check`` (a syntax error is a compile error).
 - **python**: the compile step only checks the syntax (``compile()``, nothing written), so a
-  syntax error is a compile error, not a runtime error.
+  syntax error is a compile error, not a runtime error, reported as one line
+  (``solution.py:3:9: SyntaxError: invalid syntax``).
 
 ``register_language`` adds or replaces an entry (e.g. a ``rustc`` outside ``PATH``:
 ``register_language(dataclasses.replace(LANGUAGES["rust"], compile=("/opt/rust/bin/rustc", ...)))``).
@@ -100,19 +101,28 @@ class Language:
 
 
 _OOM_CXX = ("std::bad_alloc",)
+#: Python's compile step: the syntax only (nothing runs, nothing is written); a syntax error is one
+#: line, ``solution.py:LINE:COL: SyntaxError: message``, and exit 1.
+_PY_CHECK = """import os, sys
+path = sys.argv[1]
+name = os.path.basename(path)
+try:
+    compile(open(path, "rb").read(), name, "exec")
+except SyntaxError as exc:
+    where = "%s:%s:%s" % (name, exc.lineno or 0, exc.offset or 0)
+    sys.stderr.write("%s: %s: %s\\n" % (where, type(exc).__name__, exc.msg))
+    sys.exit(1)
+except (ValueError, RecursionError, MemoryError) as exc:
+    sys.stderr.write("%s: %s: %s\\n" % (name, type(exc).__name__, exc))
+    sys.exit(1)
+"""
 #: The sandbox's usual PATH (Go's official install adds /usr/local/go/bin).
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _BUILTIN = (
     Language(
         name="python",
         source_file="solution.py",
-        compile=(
-            "python3",
-            "-I",
-            "-c",
-            "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')",
-            "{src}",
-        ),
+        compile=("python3", "-I", "-c", _PY_CHECK, "{src}"),
         run=("python3", "-I", "{src}"),
         version=("python3", "--version"),
         compile_seconds=10.0,

@@ -13,6 +13,16 @@ are read from its columns by shape:
 The language is the row's ``language_column`` if given, else the completion's fence tag
 (```` ```cpp ````), else ``JudgeOptions.language``. The code is the last ``<answer>`` block (a fence
 inside it stripped), else the last fenced block of any language.
+
+**The allow-list.** Only the languages the caller configured are judged: ``JudgeOptions.language``
+plus ``JudgeOptions.languages``. A completion whose fence names another language the judge knows
+(```` ```java ```` in a Python-only reward) is scored 0.0 as ``compile_error`` with that reason,
+without a sandbox; a fence tag that names no language the judge knows is not a language choice
+(```` ```text ````): the code is judged as ``JudgeOptions.language``. A ``language_column`` value
+outside the allow-list is the caller's data disagreeing with its configuration:
+``SandboxValidationError`` before the batch is scored. The first judgement in a session checks the
+toolchain and the sandbox's memory floor of every allowed language (``ToolchainError`` /
+``SandboxValidationError``: the caller's to fix), so a missing toolchain is never a program's score.
 """
 
 from __future__ import annotations
@@ -27,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 from .._errors import SandboxValidationError
 from ._checker import Checker
 from ._datasets import CODECONTESTS_SPLITS, from_apps, from_asserts, from_codecontests, from_livecodebench
-from ._judge import Judge
+from ._judge import Judge, check_room
 from ._languages import get_language
+from ._plan import budget_seconds
 from ._problem import Problem
+from ._toolchains import VERSION_TIMEOUT_SECONDS
 from ._types import Limits, TestCase
 
 if TYPE_CHECKING:
@@ -47,7 +59,9 @@ _NOT_COLUMNS = frozenset({"trainer_state", "log_extra", "log_metric", "environme
 @dataclass(frozen=True, slots=True)
 class JudgeOptions:
     """How the rewards judge: ``language_column`` (or the fence, or ``language``), ``compare``,
-    ``score`` and ``limits`` as for ``Judge``; ``splits``: the CodeContests splits to use."""
+    ``score`` and ``limits`` as for ``Judge``; ``splits``: the CodeContests splits to use;
+    ``languages``: more languages to judge besides ``language`` (the allow-list, see the module
+    docstring). Raises ``SandboxValidationError`` for an unknown language or bad settings."""
 
     language: str = "python"
     language_column: str | None = None
@@ -55,18 +69,33 @@ class JudgeOptions:
     score: str = "fraction"
     limits: Limits = field(default_factory=Limits)
     splits: tuple[str, ...] = CODECONTESTS_SPLITS
+    languages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         get_language(self.language)
+        if isinstance(self.languages, str) or not isinstance(self.languages, (tuple, list)):
+            raise SandboxValidationError("JudgeOptions.languages must be a tuple of language names")
+        for lang in self.languages:
+            get_language(lang)
+        if not isinstance(self.limits, Limits):
+            raise SandboxValidationError("JudgeOptions.limits must be a Limits")
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The canonical names of the languages judged: ``language`` first, then ``languages``."""
+        names = [get_language(self.language).name, *(get_language(lang).name for lang in self.languages)]
+        return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True, slots=True)
 class JudgeItem:
-    """One completion to judge: its code, language and problem."""
+    """One completion to judge: its code, language and problem. ``refused`` says why it is not run
+    (a language outside the allow-list): it scores 0.0 as ``compile_error`` with that reason."""
 
     code: str
     language: str
     problem: Problem
+    refused: str = ""
 
 
 def extract_fenced(text: str) -> tuple[str | None, str] | None:
@@ -141,10 +170,26 @@ class JudgeScoring:
                 continue
             tag, code = found
             row = {key: values[i] for key, values in columns.items()}
-            language = str(row[lang_col]) if lang_col is not None else self._from_tag(tag)
             problem = problem_from_row(row, tests_column, self.options.splits)
-            out.append(JudgeItem(code, get_language(language).name, problem))
+            if lang_col is not None:
+                language = get_language(str(row[lang_col])).name
+                if language not in self.allowed:
+                    raise SandboxValidationError(
+                        f"row {i}: language {language!r} (column {lang_col!r}) is not among the judged "
+                        f"languages {list(self.allowed)}: add it to JudgeOptions.languages"
+                    )
+                out.append(JudgeItem(code, language, problem))
+                continue
+            language = self._from_tag(tag)
+            refused = ""
+            if language not in self.allowed:
+                refused = f"the completion is in {language}; this reward judges {', '.join(self.allowed)}"
+            out.append(JudgeItem(code, language, problem, refused))
         return out
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        return self.options.allowed
 
     def _from_tag(self, tag: str | None) -> str:
         if tag:
@@ -152,11 +197,33 @@ class JudgeScoring:
                 return get_language(tag).name
             except SandboxValidationError:
                 pass
-        return self.options.language
+        return get_language(self.options.language).name
 
-    async def judge(self, session: Session, sandbox: Sandbox, item: JudgeItem) -> JudgeResult:
+    def judge_for(self, session: Session) -> Judge:
+        """The session's ``Judge`` (one per session)."""
         judge = self._judges.get(session)
         if judge is None:
             o = self.options
             judge = self._judges[session] = Judge(session, compare=o.compare, score=o.score, limits=o.limits)
+        return judge
+
+    def budget_seconds(self, items: Sequence[JudgeItem]) -> float:
+        """The longest judging any of ``items`` can take (``Judge.budget_seconds``), plus the first
+        judgement's checks of every allowed toolchain."""
+        o = self.options
+        checker = o.compare if isinstance(o.compare, Checker) else None
+        judged = [i for i in items if not i.refused]
+        longest = max(
+            (budget_seconds(get_language(i.language), o.limits, len(i.problem.cases), checker) for i in judged),
+            default=0.0,
+        )
+        return longest + VERSION_TIMEOUT_SECONDS * len(self.allowed)
+
+    async def judge(self, session: Session, sandbox: Sandbox, item: JudgeItem) -> JudgeResult:
+        """Judge ``item`` in ``sandbox``. The first time per session, every allowed language's toolchain
+        and memory floor are checked first (``ToolchainError`` / ``SandboxValidationError``)."""
+        judge = self.judge_for(session)
+        for name in self.allowed:
+            check_room(sandbox, get_language(name), self.options.limits)
+        await judge.check_toolchains(self.allowed, sandbox=sandbox)
         return await judge.judge(item.code, item.language, item.problem, sandbox=sandbox)

@@ -10,6 +10,7 @@ starved), or the platform failed.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -28,10 +29,25 @@ if TYPE_CHECKING:
 
 __all__ = ["RUNNER_SOURCE", "Ended", "JobReport", "RawCase", "Step", "run_job"]
 
-RUNNER_SOURCE = resources.files(__package__).joinpath("sandboxed", "runner.py").read_text("utf-8")
+_SANDBOXED = resources.files(__package__).joinpath("sandboxed")
+#: The runner as one script: the sweep's functions, then the runner (``sandboxed/``).
+RUNNER_SOURCE = (
+    _SANDBOXED.joinpath("sweep.py").read_text("utf-8") + "\n\n" + _SANDBOXED.joinpath("runner.py").read_text("utf-8")
+)
 HARNESS_SOURCE = resources.files(__package__).joinpath("sandboxed", "call_harness.py").read_text("utf-8")
+#: The starvation thresholds (as ``SandboxDefaults.starved_*``): a case killed at its wall limit that
+#: used less than this share of the wall time as CPU ...
+STARVED_CPU_SHARE = 0.5
+#: ... and whose processes waited at least this share of it in the run queue is re-run, not failed.
+STARVED_WAIT_SHARE = 0.25
 #: Time the runner needs around its cases (its start, reading the job, reports).
 RUNNER_SLACK_SECONDS = 5.0
+#: Time the sweep gets beyond the cases' CPU limits (a program makes files no faster than they go).
+SWEEP_SLACK_SECONDS = 5.0
+#: The follow-up sweep's exec timeout (a program killed the runner before its own sweep).
+FOLLOW_UP_SWEEP_SECONDS = 60.0
+#: Entries of the writable places the runner records one by one; past it, it sweeps by time.
+SNAPSHOT_LIMIT = 200_000
 _REPORT_OVERHEAD = 512
 
 
@@ -93,12 +109,16 @@ class Ended:
 
 @dataclass(frozen=True, slots=True)
 class JobReport:
+    """What the runner reported. ``clean``: nothing of the job is left in the sandbox (the runner's
+    sweep, or the follow-up's, finished without an error); ``None`` when no sweep was asked."""
+
     compile: RawCase | None
     cases: list[RawCase]
     ended: str
     detail: str = ""
     oom_killed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    clean: bool | None = None
+    t0: int | None = None
 
 
 def _raw(line: dict[str, Any]) -> RawCase:
@@ -116,9 +136,18 @@ def _raw(line: dict[str, Any]) -> RawCase:
     )
 
 
-def _parse(stdout: bytes) -> tuple[RawCase | None, list[RawCase], bool]:
+@dataclass(slots=True)
+class _Parsed:
     compiled: RawCase | None = None
-    cases: list[RawCase] = []
+    cases: list[RawCase] = field(default_factory=list)
+    done: bool = False
+    clean: bool | None = None
+    t0: int | None = None
+
+
+def _parse(stdout: bytes) -> _Parsed:
+    """The runner's report lines (its stdout, a stream only the runner writes to)."""
+    out = _Parsed()
     for text in stdout.split(b"\n"):
         if not text:
             continue
@@ -127,13 +156,19 @@ def _parse(stdout: bytes) -> tuple[RawCase | None, list[RawCase], bool]:
         except ValueError:
             break  # a torn last line: the runner died while writing it
         if line.get("done"):
-            return compiled, cases, True
-        raw = _raw(line)
-        if raw.index < 0:
-            compiled = raw
+            out.done = True
+            break
+        if "t0" in line:
+            out.t0 = line["t0"]
+        elif "clean" in line:
+            out.clean = bool(line["clean"])
         else:
-            cases.append(raw)
-    return compiled, cases, False
+            raw = _raw(line)
+            if raw.index < 0:
+                out.compiled = raw
+            else:
+                out.cases.append(raw)
+    return out
 
 
 async def run_job(
@@ -147,13 +182,16 @@ async def run_job(
     files: Sequence[str] = (),
     stop_on_failure: bool = False,
     exec_timeout_seconds: float | None = None,
+    remove: Sequence[str] | None = None,
 ) -> JobReport:
     """Run ``inputs`` (per case: stdin, then the contents of ``files``) under ``step``, in one exclusive exec.
 
-    ``write`` files are written (and ``mkdirs`` made) first, then ``compile_step`` runs. Raises
-    ``JudgeError`` if the runner could not start, and the exec's errors that are neither the
-    program's nor the platform's (a stopped sandbox, bad input, bugs); everything else is in the
-    report's ``ended``.
+    ``write`` files are written (and ``mkdirs`` made) first, then ``compile_step`` runs. With
+    ``remove`` (the job's own directories), the runner sweeps after the last case: those
+    directories and everything the program created or changed go (``sandboxed/sweep.py``); if the
+    exec ended before its sweep, a follow-up exec sweeps by time. Raises ``JudgeError`` if the
+    runner could not start, and the exec's errors that are neither the program's nor the
+    platform's (a stopped sandbox, bad input, bugs); everything else is in the report's ``ended``.
     """
     writes = dict(write or {})
     job = step.as_job()
@@ -161,9 +199,11 @@ async def run_job(
         sizes=[[len(p) for p in parts] for parts in inputs],
         files=list(files),
         stop_on_failure=stop_on_failure,
+        starved=[STARVED_CPU_SHARE, STARVED_WAIT_SHARE],
         mkdirs=list(mkdirs),
         write=list(writes),
         compile=compile_step.as_job() if compile_step is not None else None,
+        clean={"remove": list(remove), "limit": SNAPSHOT_LIMIT} if remove is not None else None,
     )
     if writes:
         job["sizes"].insert(0, [len(v) for v in writes.values()])
@@ -173,39 +213,79 @@ async def run_job(
     per_case = (step.output_bytes + step.stderr_bytes) * 4 // 3 + _REPORT_OVERHEAD
     cap = per_case * (len(inputs) + 1) + 4096
     if exec_timeout_seconds is None:
-        exec_timeout_seconds = RUNNER_SLACK_SECONDS + sum(step.wall_seconds + 0.5 for _ in inputs)
-        if compile_step is not None:
-            exec_timeout_seconds += compile_step.wall_seconds
+        exec_timeout_seconds = job_seconds(step, len(inputs), compile_step, sweep=remove is not None)
+    report = await _exec(sandbox, b"".join(payload), exec_timeout_seconds, cap, remove)
+    if remove is not None and report.clean is not True:
+        clean = await sweep_after(sandbox, report.t0, remove)
+        report = dataclasses.replace(report, clean=clean)
+    return report
+
+
+def job_seconds(step: Step, cases: int, compile_step: Step | None, *, sweep: bool) -> float:
+    """The exec timeout of a job: its compile, every case's wall limit and overhead, its sweep, slack."""
+    total = RUNNER_SLACK_SECONDS + cases * (step.wall_seconds + 0.5)
+    if compile_step is not None:
+        total += compile_step.wall_seconds
+    if sweep:
+        total += SWEEP_SLACK_SECONDS + cases * step.time_seconds
+    return total
+
+
+async def _exec(sandbox: Sandbox, stdin: bytes, seconds: float, cap: int, remove: Sequence[str] | None) -> JobReport:
     try:
         result = await sandbox.run_python(
-            RUNNER_SOURCE,
-            stdin=b"".join(payload),
-            timeout_seconds=exec_timeout_seconds,
-            cwd="/",
-            max_output_bytes=cap,
-            exclusive=True,
+            RUNNER_SOURCE, stdin=stdin, timeout_seconds=seconds, cwd="/", max_output_bytes=cap, exclusive=True
         )
     except SandboxTimeoutError as exc:
-        partial = exc.result.stdout_bytes if exc.result is not None else b""
-        compiled, cases, _ = _parse(partial)
+        parsed = _parse(exc.result.stdout_bytes if exc.result is not None else b"")
         ended = Ended.STARVED if exc.infrastructure else Ended.TIMED_OUT
-        return JobReport(compiled, cases, ended, detail=exc.message)
+        return JobReport(parsed.compiled, parsed.cases, ended, detail=exc.message, clean=parsed.clean, t0=parsed.t0)
     except (SandboxTerminatedError, SandboxValidationError):
         raise  # the caller stopped the sandbox, or gave bad input
     except SandboxError as exc:
         # A dead sandbox or broken channel: the program's doing unless the error says it was the platform.
         ended = Ended.INFRASTRUCTURE if exc.infrastructure else Ended.RUNNER_KILLED
         return JobReport(None, [], ended, detail=exc.message)
-    return _report(result)
+    try:
+        return _report(result)
+    except JudgeError:
+        if remove is not None:
+            await sweep_after(sandbox, None, remove)
+        raise
+
+
+async def sweep_after(sandbox: Sandbox, t0: int | None, remove: Sequence[str]) -> bool:
+    """The follow-up sweep (``remove``, and by time since ``t0`` when known): whether it left the sandbox clean.
+
+    Never raises for what the sandbox did: a sandbox that cannot be swept is not clean."""
+    job = {"sizes": [], "sweep_only": True, "clean": {"remove": list(remove), "t0": t0}}
+    try:
+        result = await sandbox.run_python(
+            RUNNER_SOURCE,
+            stdin=json.dumps(job).encode() + b"\n",
+            timeout_seconds=FOLLOW_UP_SWEEP_SECONDS,
+            cwd="/",
+            max_output_bytes=4096,
+            exclusive=True,
+        )
+    except SandboxError as exc:
+        log.warning("the judge's follow-up sweep failed", error=exc.message, sandbox_id=sandbox.sandbox_id)
+        return False
+    clean = _parse(result.stdout_bytes).clean is True
+    if not clean:
+        log.warning("the judge's follow-up sweep left the sandbox unclean", stderr=result.stderr[-500:])
+    return clean
 
 
 def _report(result: ExecResult) -> JobReport:
-    compiled, cases, done = _parse(result.stdout_bytes)
-    if done:
-        return JobReport(compiled, cases, Ended.COMPLETE, oom_killed=result.oom_killed)
+    p = _parse(result.stdout_bytes)
+    if p.done:
+        return JobReport(p.compiled, p.cases, Ended.COMPLETE, oom_killed=result.oom_killed, clean=p.clean, t0=p.t0)
     if result.returncode in (3, 4) and b"runner: " in result.stderr_bytes:
-        if compiled is None and not cases:
+        if p.compiled is None and not p.cases:
             raise JudgeError(f"the judge's runner failed in the sandbox: {result.stderr.strip()[-2000:]}")
         log.error("the judge's runner failed after a case ran", stderr=result.stderr[-2000:])
     detail = f"the runner ended early (exit {result.returncode}): {result.stderr.strip()[-300:]}"
-    return JobReport(compiled, cases, Ended.RUNNER_KILLED, detail=detail, oom_killed=result.oom_killed)
+    return JobReport(
+        p.compiled, p.cases, Ended.RUNNER_KILLED, detail=detail, oom_killed=result.oom_killed, clean=p.clean, t0=p.t0
+    )

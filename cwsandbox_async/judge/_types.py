@@ -101,9 +101,11 @@ class Limits:
     - ``memory_mib``: resident memory of the case's tree (plus the language's
       ``memory_extra_mib``), sampled every ``sample_seconds`` and checked against every
       process's peak at the end: ``MEMORY_LIMIT``. The sandbox's own memory limit must be higher.
-    - ``output_mib``: stdout kept per case (more is ``WRONG_ANSWER``; raised to twice the
-      expected output when that is larger); ``stderr_bytes``: the tail of stderr kept per case
-      (for the verdict's detail).
+    - ``output_mib``: stdout kept per case with a ``Checker`` (more is ``WRONG_ANSWER``; raised
+      to twice the expected output when that is larger). The built-in comparisons keep twice the
+      expected output plus 4 KiB (a longer output cannot match unless by that much trailing
+      whitespace), whatever ``output_mib`` says. ``stderr_bytes``: the tail of stderr kept per
+      case (for the verdict's detail).
     """
 
     time_seconds: float = 2.0
@@ -129,7 +131,10 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class CaseResult:
-    """What one case did and its verdict. ``detail`` says why (a checker's message, the signal, ...)."""
+    """What one case did and its verdict. ``detail`` says why (a checker's message, the signal, ...).
+
+    ``stdout`` is a short excerpt of what the case printed (its head and tail, ``STDOUT_KEPT_CHARS``
+    at most), ``stderr_tail`` the end of its stderr: the output itself is compared and dropped."""
 
     index: int
     name: str
@@ -153,7 +158,10 @@ class JudgeResult:
 
     ``score`` is ``None`` when no verdict could be reached (a case was ``INFRASTRUCTURE`` or
     ``STARVED`` and no failure decided it anyway): a trainer leaves it out rather than read it as 0.
-    ``compile_output`` is the compiler's message (tail-capped) on a compile error.
+    ``compile_output`` is the compiler's message (tail-capped) on a compile error; ``reason`` one
+    line that says why (the compiler's first error, or the first failing case's verdict and
+    detail). ``clean`` is ``False`` when the judge could not remove everything the completion
+    wrote in its sandbox (see ``docs/judge.md``): do not judge another completion in that sandbox.
     """
 
     language: str
@@ -162,6 +170,8 @@ class JudgeResult:
     cases: tuple[CaseResult, ...] = field(default_factory=tuple)
     compile_output: str = ""
     compile_seconds: float = 0.0
+    reason: str = ""
+    clean: bool = True
 
     @property
     def passed(self) -> int:

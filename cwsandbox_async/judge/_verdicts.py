@@ -18,22 +18,32 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 
-from ._runjob import RawCase
+from ._runjob import STARVED_CPU_SHARE, STARVED_WAIT_SHARE, RawCase
 from ._types import CaseResult, Verdict
 
-__all__ = ["classify", "score", "suspect_starved", "summary_verdict", "tail"]
+__all__ = ["classify", "excerpt", "score", "suspect_starved", "summary_verdict", "tail"]
 
-#: The starvation thresholds (as ``SandboxDefaults.starved_*``): the case used less than this share
-#: of the wall time as CPU ...
-STARVED_CPU_SHARE = 0.5
-#: ... and its processes waited at least this share of it in the run queue.
-STARVED_WAIT_SHARE = 0.25
 TAIL_CHARS = 4000
 
 
+#: The most of a case's stdout a result keeps (its head and its tail): the output was compared already.
+STDOUT_KEPT_CHARS = 1000
+
+
 def tail(data: bytes, limit: int = TAIL_CHARS) -> str:
-    text = data.decode("utf-8", "replace")
-    return text if len(text) <= limit else "..." + text[-limit:]
+    """The last ``limit`` characters of ``data`` (decoded with replacement; only the end is decoded)."""
+    text = data[-4 * limit :].decode("utf-8", "replace")
+    return text if len(text) <= limit and len(data) <= 4 * limit else "..." + text[-limit:]
+
+
+def excerpt(data: bytes, limit: int = STDOUT_KEPT_CHARS) -> str:
+    """At most ``limit`` characters of ``data``: all of it, or its head and tail around ``...``."""
+    if len(data) <= limit:
+        return data.decode("utf-8", "replace")
+    half = (limit - 5) // 2
+    head = data[: 4 * half].decode("utf-8", "replace")[:half]
+    end = data[-4 * half :].decode("utf-8", "replace")[-half:]
+    return f"{head} ... {end}"
 
 
 def suspect_starved(raw: RawCase) -> bool:

@@ -31,14 +31,16 @@ def test_float_tolerance_is_token_by_token() -> None:
     assert not compare_text("float", b"abc", b"abd")
 
 
-def test_call_results_compare_as_json_values() -> None:
-    assert compare_call("whitespace", b"noise\n[1, 2]\n", [1, 2])
-    assert compare_call("whitespace", b"[1, 2]\n", [[1, 2]])  # APPS wraps the expected value
-    assert compare_call("float", b"0.30000000000000004\n", 0.3)
-    assert not compare_call("whitespace", b"0.30000000000000004\n", 0.3)
-    assert not compare_call("whitespace", b"true\n", 1)  # a bool is not an int
+def test_call_results_compare_as_values() -> None:
+    """The harness's token line (``_callvalue``): the last line counts, both sides normalised alike."""
+    assert compare_call("whitespace", b"noise\nL2 i1 i2\n", [1, 2])
+    assert compare_call("whitespace", b"L2 i1 i2\n", [[1, 2]])  # APPS wraps the expected value
+    assert compare_call("float", b"d0.30000000000000004\n", 0.3)
+    assert not compare_call("whitespace", b"d0.30000000000000004\n", 0.3)
+    assert not compare_call("whitespace", b"t\n", 1)  # a bool is not an int
     assert not compare_call("whitespace", b"", None)
-    assert not compare_call("whitespace", b"{bad json\n", 1)
+    assert not compare_call("whitespace", b"[1, 2]\n", [1, 2])  # JSON is not the harness's line
+    assert not compare_call("whitespace", b"L2 i1\n", [1, 2])  # torn
 
 
 def _compressed(cases: list[dict[str, str]]) -> str:

@@ -42,10 +42,11 @@ def test_rows_of_every_shape_become_problems() -> None:
 
 
 def test_items_take_the_language_from_the_column_then_the_fence() -> None:
-    scoring = JudgeScoring(JudgeOptions())
+    scoring = JudgeScoring(JudgeOptions(languages=("c++",)))
     items = scoring.items([CPP, PY, "nothing"], {"public_tests": [PUBLIC] * 3, "trainer_state": None}, None)
     assert [i.language if i else None for i in items] == ["cpp", "python", None]
-    by_column = JudgeScoring(JudgeOptions(language_column="lang"))
+    assert [i.refused if i else None for i in items] == ["", "", None]
+    by_column = JudgeScoring(JudgeOptions(language_column="lang", languages=("cpp",)))
     items = by_column.items([CPP], {"public_tests": [PUBLIC], "lang": ["c++"]}, None)
     assert items[0] is not None and items[0].language == "cpp"
     with pytest.raises(SandboxValidationError):
@@ -55,7 +56,7 @@ def test_items_take_the_language_from_the_column_then_the_fence() -> None:
 async def test_code_reward_judges_codecontests_columns(local_backend: None) -> None:
     reward = code_reward(
         name="judged",
-        judge=JudgeOptions(limits=Limits(time_seconds=2, memory_mib=256)),
+        judge=JudgeOptions(limits=Limits(time_seconds=2, memory_mib=256), languages=("cpp",)),
         pool_size=0,
         verbose=False,
     )

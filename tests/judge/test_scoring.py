@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from cwsandbox_async.judge import CaseResult, TestCase, Verdict
-from cwsandbox_async.judge._judge import _unreported
+from cwsandbox_async.judge._cases import unreported as _unreported
 from cwsandbox_async.judge._runjob import Ended, JobReport, RawCase
 from cwsandbox_async.judge._verdicts import classify, score, summary_verdict, suspect_starved
 

@@ -1,41 +1,88 @@
-"""Call-based cases (APPS/TACO ``fn_name``, LiveCodeBench functional, asserts): call the candidate, print the result.
+"""Call-based cases (APPS/TACO ``fn_name``, LiveCodeBench functional, asserts): call the candidate, write the result.
 
 Runs inside the sandbox as ``python3 call_harness.py <solution.py> <fn_name>``, one fresh process
-per case, under the judge's runner. stdin holds the arguments as a JSON list. The candidate is
-imported as ``__main__``-less module ``solution``; its own prints go to stderr (fd 1 is taken away
-before it runs), and the result is written as one JSON line on the original stdout, after which the
-process ends at once (``os._exit``): no ``atexit`` hook or thread of the candidate runs after it.
-The driver compares that line with the expected value, outside this process: the candidate cannot
-change the verdict except by returning (or printing) the right value.
+per case, under the judge's runner. stdin holds the arguments as a JSON list (big ints and deep
+nesting allowed: the int string limit is lifted and the JSON is the driver's own). The candidate
+is imported as the module ``solution``; its own prints go to stderr (fd 1 is taken away before it
+runs), and the result is written as one line of tokens (``_callvalue`` in the driver reads it:
+ints in hexadecimal, strs in base64, containers as a tag with their size followed by their
+members) on the original stdout, after which the process ends at once (``os._exit``): no
+``atexit`` hook or thread of the candidate runs after it. The line is written by an explicit
+stack, not recursion, so no depth of the value and no size of an int is lost; a value that
+contains itself writes until the output limit stops it. The driver compares the value with the
+expected one, outside this process: the candidate cannot change the verdict except by returning
+(or printing) the right value.
 
 If the module has a class ``Solution`` with a method ``fn_name`` (LeetCode style), that method of a
-fresh instance is called; else the module-level function. Tuples become lists and sets sorted lists
-(as JSON would compare them); a value JSON cannot hold is written as its ``repr`` (compared as a
-string). Exit 0 after writing the result; 1 when the call raised (traceback on stderr).
+fresh instance is called; else the module-level function. A value of another type is written as
+its ``repr`` (compared as a string). Exit 0 after writing the result; 1 when the call raised
+(traceback on stderr).
 """
 
+import base64
 import json
 import os
 import sys
 
+CHUNK = 1 << 16
 
-def plain(value):
+
+def b64(text):
+    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii")
+
+
+def token(value, todo):
+    """``value``'s token; a container's members are pushed on ``todo`` (first member last)."""
+    if value is None:
+        return "n"
+    if value is True or value is False:
+        return "t" if value else "f"
+    if isinstance(value, int):
+        return "i%x" % int(value)
+    if isinstance(value, float):
+        return "d" + repr(float(value))
+    if isinstance(value, str):
+        return "s" + b64(str(value))
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        todo.extend(reversed(list(value)))
+        return ("L" if isinstance(value, list) else "U") + str(len(value))
     if isinstance(value, (set, frozenset)):
-        items = [plain(v) for v in value]
-        try:
-            return sorted(items)
-        except TypeError:
-            return items
+        todo.extend(list(value))
+        return "S" + str(len(value))
     if isinstance(value, dict):
-        return {str(k) if not isinstance(k, str) else k: plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
+        pairs = list(value.items())
+        for k, v in reversed(pairs):
+            todo.append(v)
+            todo.append(k)
+        return "D" + str(len(pairs))
+    try:
+        text = repr(value)
+    except Exception:
+        text = "<unrepresentable %s>" % type(value).__name__
+    return "r" + b64(text)
+
+
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def emit(value, fd):
+    """Write ``value`` as one token line on ``fd``, in chunks (a huge value never sits in memory twice)."""
+    todo, out, size = [value], [], 0
+    while todo:
+        tok = token(todo.pop(), todo)
+        out.append(tok)
+        size += len(tok) + 1
+        if size >= CHUNK:
+            write_all(fd, (" ".join(out) + " ").encode("ascii"))
+            out, size = [], 0
+    write_all(fd, (" ".join(out) + "\n").encode("ascii"))
 
 
 def main():
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
     path, name = sys.argv[1], sys.argv[2]
     args = json.loads(sys.stdin.read() or "[]")
     result_fd = os.dup(1)
@@ -50,10 +97,8 @@ def main():
     cls = getattr(module, "Solution", None)
     fn = getattr(cls(), name) if cls is not None and hasattr(cls, name) else getattr(module, name)
     value = fn(*args)
-    line = json.dumps(plain(value)).encode("utf-8") + b"\n"
     sys.stdout.flush()
-    while line:
-        line = line[os.write(result_fd, line) :]
+    emit(value, result_fd)
     os._exit(0)
 
 

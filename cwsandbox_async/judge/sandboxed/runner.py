@@ -22,8 +22,16 @@ Protection of the runner itself: it makes itself non-dumpable before anything el
 other cases' inputs and the report stream stay out of its reach. A case can still signal the
 runner; then the report stops short, which the driver scores as the program's failure.
 
-Report (stdout): one JSON line per case, in order, then ``{"done": true}``. Exit 0 after the last
-case; exit 3 with ``runner: ...`` on stderr if it could not start (before any case ran).
+Clean-up (``clean`` in the job; ``sweep.py``, sent in front of this file): after the compile and
+before the first case, the runner records what the sandbox's writable places hold (and reports
+``{"t0": ...}``, the file system's clock then); after the last case, when every process of the
+completion is dead, it removes the job's own directories and everything the program created or
+changed, and reports ``{"clean": ...}``. A job with ``sweep_only`` does only the sweep by time (the
+driver's follow-up when a program killed the runner before its sweep).
+
+Report (stdout): the compile's line, ``t0``, one JSON line per case, in order, ``clean``, then
+``{"done": true}``. Exit 0 after the last case; exit 3 with ``runner: ...`` on stderr if it could
+not start (before any case ran).
 """
 
 import base64
@@ -348,21 +356,52 @@ def prepare(job, files):
         fail("cannot prepare %r" % (exc,))
 
 
+def starved(job, result):
+    """The driver's ``suspect_starved``: out of wall time with little CPU, having waited for one (a rerun)."""
+    cpu_share, wait_share = job.get("starved", (0.5, 0.25))
+    wall = result["wall"]
+    return result["killed"] == "wall" and result["cpu"] < cpu_share * wall and result["wait"] >= wait_share * wall
+
+
+def write_line(line):
+    out = sys.stdout.buffer
+    out.write(json.dumps(line).encode("ascii") + b"\n")
+    out.flush()
+
+
+def finish(clean, roots, known, t0):
+    """Sweep (when the job asks: see ``sweep``), report it, end the report and exit 0."""
+    if clean is not None:
+        removed, errors = sweep(roots, known, clean.get("remove", ()), t0)  # noqa: F821  (sweep.py)
+        write_line({"clean": errors == 0, "removed": removed, "errors": errors})
+    write_line({"done": True})
+    os._exit(0)
+
+
 def main():
     protect()
     job, inputs = read_job()
+    clean = job.get("clean")
+    if job.get("sweep_only"):  # a follow-up: the runner that judged was killed before its sweep
+        t0 = clean.get("t0")
+        finish(clean, writable_roots() if t0 is not None else [], None, t0)  # noqa: F821
     prepare(job, inputs.pop(0) if job.get("write") else [])
-    report = sys.stdout.buffer
     step = job.get("compile")
+    roots, known, t0 = [], None, None
     if step is not None:
         result = run_case(step, b"")
         result["i"] = -1
-        report.write(json.dumps(result).encode("ascii") + b"\n")
-        report.flush()
+        write_line(result)
         if result["exit"] != 0 or result["killed"]:
-            report.write(b'{"done": true}\n')
-            report.flush()
-            os._exit(0)
+            finish(clean, roots, {}, None)
+    if clean is not None:
+        roots = writable_roots()  # noqa: F821  (sweep.py, sent in front of this file)
+        known = snapshot(roots, clean["limit"])  # noqa: F821
+        try:
+            t0 = probe_time(job["cwd"])  # noqa: F821
+        except OSError:
+            t0 = None
+        write_line({"t0": t0})
     names = job.get("files", ())
     for i, parts in enumerate(inputs):
         for name, data in zip(names, parts[1:]):
@@ -370,13 +409,12 @@ def main():
                 f.write(data)
         result = run_case(job, parts[0])
         result["i"] = i
-        report.write(json.dumps(result).encode("ascii") + b"\n")
-        report.flush()
-        if job["stop_on_failure"] and (result["exit"] != 0 or result["killed"]):
+        write_line(result)
+        if job["stop_on_failure"] and (result["exit"] != 0 or result["killed"]) and not starved(job, result):
             break
-    report.write(b'{"done": true}\n')
-    report.flush()
-    os._exit(0)
+    if known is None and t0 is None:
+        roots = []  # nothing to tell the program's files by: only the job's own directories go
+    finish(clean, roots, known, t0)
 
 
 try:
