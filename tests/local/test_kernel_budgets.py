@@ -14,6 +14,8 @@ import contextlib
 import ctypes
 import errno
 import platform
+import resource
+import sys
 from collections.abc import AsyncIterator
 
 import anyio
@@ -38,7 +40,7 @@ PAST = 16
 #: Takes units of one budget until refused or ``bound + PAST`` taken; prints "<taken> <errno name>" and
 #: holds them (``HOLD`` seconds). ``TAKE`` is the one statement that takes a unit (raising OSError).
 HOG = r"""
-import ctypes, errno, os, signal, sys, time
+import array, ctypes, errno, os, signal, socket, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 kind, limit, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 held = []
@@ -66,7 +68,13 @@ def shm_lock():
     shmid = check(libc.shmget(0, ctypes.c_size_t(256 << 10), 0o1600))  # IPC_PRIVATE, IPC_CREAT | 0600
     held.append(shmid)
     check(libc.shmctl(shmid, 11, None))  # SHM_LOCK
-take = {"timer": timer, "sigqueue": queued, "aio": aio, "pty": pty, "mqueue": mqueue, "shm_lock": shm_lock}[kind]
+def inflight():  # 253 descriptors (one message's most) into a socket's queue, never received
+    if not held:
+        held.extend(socket.socketpair())
+        held[0].setblocking(False)
+    held[0].sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [held[0].fileno()] * 253))])
+kinds = {"timer": timer, "sigqueue": queued, "aio": aio, "pty": pty, "mqueue": mqueue, "shm_lock": shm_lock}
+take = {**kinds, "inflight": inflight}[kind]
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
 taken, why = 0, "none"
 while taken < limit:
@@ -267,3 +275,36 @@ async def test_an_honest_program_keeps_its_share_of_every_budget(session: cwa.Se
         sb = await s.sandbox()
         r = await sb.exec(["python3", "-I", "-c", HONEST], timeout_seconds=HANG_GUARD_SECONDS)
     assert (r.returncode, r.stdout) == (0, "ok\n"), r.stderr
+
+
+#: Run on the host as the driver's uid with no capability in effect (as a non-root driver is): whether it
+#: can still pass a file descriptor through a Unix socket.
+PASS_FD = r"""
+import array, ctypes, errno, socket
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.capset(ctypes.byref(Header(0x20080522, 0)), ctypes.byref((ctypes.c_uint32 * 6)())) == 0
+a, b = socket.socketpair()
+try:
+    a.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno()]))])
+    print("sent")
+except OSError as exc:
+    print(errno.errorcode.get(exc.errno, exc.errno))
+"""
+
+
+async def test_a_sandbox_keeps_at_most_its_own_files_in_flight(session: cwa.Session) -> None:
+    """Descriptors in flight in Unix sockets are counted per host uid and refused past the sender's file
+    limit; a sandbox's limit is half the driver's, so holding all it may leaves the driver's uid (without
+    the root's exemption, as a non-root driver runs) and a newborn sandbox able to pass theirs."""
+    bound = _birth.files_bound(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    most = bound // 253 + 1  # sends are refused once the count is over the bound: one message may cross it
+    async with session as s:
+        victim = await s.sandbox()
+        async with _hold(victim, "inflight", most + 2) as (taken, why):
+            assert taken <= most and why == "ETOOMANYREFS", (taken, why)
+            r = await anyio.run_process([sys.executable, "-I", "-c", PASS_FD], check=False)
+            assert r.stdout.decode().strip() == "sent", r
+            newborn = await s.sandbox()  # its PID 1 sends the driver a pidfd; each exec gets its pipes passed
+            assert (await newborn.exec(["echo", "born"], timeout_seconds=HANG_GUARD_SECONDS)).stdout == "born\n"

@@ -17,8 +17,8 @@ local backend's ``_doctor`` to add to its section:
 - **supervisor out of reach**: a command's ``prlimit`` of PID 1's limits, ``setpriority`` and
   ``sched_setaffinity`` of PID 1, and ``SIGSTOP`` to its own child fail with EPERM, an ``AF_VSOCK``
   socket with EAFNOSUPPORT, ``io_setup`` with ENOSYS, and the sandbox's own inotify bound
-  (``agent.harden.USER_LIMITS``), pending-signal limit (``agent._birth.SIGPENDING``) and pty bound
-  (``agent._birth.PTYS``) are in place.
+  (``agent.harden.USER_LIMITS``), pending-signal and file limits (``agent._birth.SIGPENDING``,
+  ``files_bound``) and pty bound (``agent._birth.PTYS``) are in place.
 
 A probe never raises for a protection that does not hold (that is a ``FAIL``); an exception escaping
 a sandbox call propagates to the doctor, which reports the probe itself as failed.
@@ -30,6 +30,7 @@ import ctypes
 import errno
 import json
 import platform
+import resource
 import time
 import uuid
 from typing import Any
@@ -214,6 +215,7 @@ os.waitpid(kid, 0)
 with open("/proc/sys/user/max_inotify_instances") as f:
     out["inotify"] = f.read().strip()
 out["sigpending"] = resource.getrlimit(resource.RLIMIT_SIGPENDING)[1]
+out["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 with open("/proc/self/mountinfo") as f:
     pts = [line.split(" - ")[1].split()[2] for line in f if line.split()[4] == "/dev/pts"]
 out["ptys"] = [o.split("=")[1] for o in ",".join(pts).split(",") if o.startswith("max=")]
@@ -228,7 +230,7 @@ print(json.dumps(out))
 async def _reach(sb: Any) -> Check:
     how = (
         "prlimit, setpriority and sched_setaffinity of PID 1, SIGSTOP to a process, an AF_VSOCK socket,"
-        " the inotify, pending-signal and pty bounds, io_setup, from inside"
+        " the inotify, pending-signal, file and pty bounds, io_setup, from inside"
     )
     if _MACHINE not in seccomp.AUDIT_ARCH:
         return "supervisor out of reach", WARN, f"no filter for {_MACHINE}: PID 1 can be re-limited", how
@@ -246,6 +248,7 @@ async def _reach(sb: Any) -> Check:
         "vsock": "EAFNOSUPPORT",
         "inotify": harden.USER_LIMITS["max_inotify_instances"],
         "sigpending": _birth.SIGPENDING,
+        "nofile": _birth.files_bound(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),  # the driver's: inherited
         "ptys": [str(_birth.PTYS)],
         "io_setup": "ENOSYS",
     }
@@ -256,7 +259,8 @@ async def _reach(sb: Any) -> Check:
         "supervisor out of reach",
         OK,
         "PID 1 cannot be re-limited, reniced or pinned; no process can be stopped; no vsock; own inotify,"
-        f" pending-signal ({_birth.SIGPENDING}) and pty ({_birth.PTYS}) bounds; no AIO context (ENOSYS)",
+        f" pending-signal ({_birth.SIGPENDING}), file ({out['nofile']}) and pty ({_birth.PTYS}) bounds;"
+        " no AIO context (ENOSYS)",
         how,
     )
 

@@ -27,9 +27,9 @@ configuration), joins the cgroups and enters a cgroup namespace rooted there. N 
 sandbox: when it exits the kernel kills everything else in the sandbox. It sends the driver a pidfd
 of itself (the "born" record), mounts the sandbox's ``/tmp``, working directory, ``/dev/shm`` and
 ``/dev/pts``, sets the hostname, brings up loopback, makes the root read-only, forbids further user
-namespaces, bounds the kernel budgets the host charges per user (``harden.bound_user_limits``, pending
-signals: ``SIGPENDING``; ptys: ``PTYS``), drops every capability (``NoNewPrivs``) and becomes the agent,
-in process.
+namespaces, bounds the kernel budgets the host charges per user (``harden.bound_user_limits``; pending
+signals, ``SIGPENDING``; files, ``MIN_FILES``; ptys, ``PTYS``), drops every capability (``NoNewPrivs``)
+and becomes the agent, in process.
 
 Any failure in N is printed to the sandbox's stderr pipe and ends it (status 71); the driver
 reports it as a creation error with that text.
@@ -85,6 +85,15 @@ _IFREQ = struct.Struct("16sH14x")
 #: cap what all sandboxes of a non-root driver (one uid of the template's namespace) hold together, and one
 #: sandbox would deny its neighbours.
 SIGPENDING = 64
+#: The least ``RLIMIT_NOFILE`` a sandbox gets; otherwise half the driver's soft limit (hard: see
+#: ``bound_budgets``). The kernel counts the file descriptors in flight in Unix sockets' queues
+#: (``SCM_RIGHTS``) per host uid and refuses a send while that count is over the *sender's* file limit;
+#: every sandbox of a non-root driver is the driver's uid, so with the driver's own limit one sandbox held
+#: 20,240 in flight (in a few hundred KiB) and every send of every other sandbox, and of the driver's uid
+#: without ``CAP_SYS_RESOURCE`` (a non-root driver hands each exec's pipes to the sandbox's PID 1 that way;
+#: a newborn sends the driver its pidfd), failed with ETOOMANYREFS. Half leaves the driver the other half
+#: (a sandbox stops at most one message, 253 descriptors, past its own limit).
+MIN_FILES = 256
 #: Ptys of the sandbox's own ``/dev/pts`` (devpts ``max``). Every devpts instance but the host's first
 #: draws from one host-wide pool (``kernel.pty.max`` minus ``kernel.pty.reserve``: 3,072 by default),
 #: so without a bound of its own one sandbox could open them all and leave every neighbour (and every
@@ -336,17 +345,29 @@ def _settle(birth: dict[str, Any]) -> None:
     _rootfs.remount_ro("/", recursive=False)
     _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
     harden.bound_user_limits()  # per-user kernel limits of its own, so it cannot exhaust the driver's
-    bound_signals()
+    bound_budgets()
     harden.readonly_proc_sys()  # last: no sysctl of the sandbox's namespaces can change from now on
 
 
-def bound_signals(bound: int = SIGPENDING) -> None:
-    """Lower this process's ``RLIMIT_SIGPENDING`` (soft and hard) to ``bound``, never raising it; every process
-    of the sandbox inherits it and none can raise it (that takes ``CAP_SYS_RESOURCE`` on the host). PID 1 is
-    bound too: the one signal it relies on, ``SIGCHLD``, is the kernel's own and never refused for a limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_SIGPENDING)
+def files_bound(soft: int) -> int:
+    """The sandbox's ``RLIMIT_NOFILE`` for a driver whose soft limit is ``soft`` (see ``MIN_FILES``)."""
+    return max(soft // 2, MIN_FILES)
+
+
+def bound_budgets() -> None:
+    """Lower this process's ``RLIMIT_SIGPENDING`` to ``SIGPENDING`` and its ``RLIMIT_NOFILE`` to
+    ``files_bound`` of the soft limit it inherited (soft and hard, never raising either). Every process
+    of the sandbox inherits them and none can raise them (that takes ``CAP_SYS_RESOURCE`` on the host).
+    PID 1 is bound too: the one signal it relies on, ``SIGCHLD``, is the kernel's own and never refused
+    for a limit, and it raises its own soft file limit to this hard one."""
+    _lower(resource.RLIMIT_SIGPENDING, SIGPENDING)
+    _lower(resource.RLIMIT_NOFILE, files_bound(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+
+
+def _lower(key: int, bound: int) -> None:
+    soft, hard = resource.getrlimit(key)
     top = bound if hard == resource.RLIM_INFINITY else min(bound, hard)
-    resource.setrlimit(resource.RLIMIT_SIGPENDING, (top if soft == resource.RLIM_INFINITY else min(top, soft), top))
+    resource.setrlimit(key, (top if soft == resource.RLIM_INFINITY else min(top, soft), top))
 
 
 def _loopback_up() -> None:
