@@ -25,9 +25,9 @@ WAIT_FOR_GO = "import os, time\nwhile not os.path.exists('/tmp/go'):\n    time.s
 
 
 @asynccontextmanager
-async def weighted(tag: str) -> AsyncIterator[tuple[cwa.Sandbox, SandboxCgroup]]:
+async def weighted(tag: str, isolation: str = "auto") -> AsyncIterator[tuple[cwa.Sandbox, SandboxCgroup]]:
     """A sandbox and its cgroup (skips where the backend has no CPU group to weigh)."""
-    async with local_session(tag) as s:
+    async with local_session(tag, isolation) as s:
         sb = await s.sandbox()
         cg = s.backend._boxes[sb.sandbox_id].cgroup  # type: ignore[attr-defined]
         if cg is None or cg.weight_file is None:
@@ -40,8 +40,8 @@ def weight(cg: SandboxCgroup) -> str:
     return read_text(cg.weight_file).strip()
 
 
-async def test_the_weight_is_raised_while_the_exec_runs_and_lowered_when_it_ends(tag: str) -> None:
-    async with weighted(tag) as (sb, cg):
+async def test_the_weight_is_raised_while_the_exec_runs_and_lowered_when_it_ends(tag: str, isolation: str) -> None:
+    async with weighted(tag, isolation) as (sb, cg):
         usual = weight(cg)
         assert usual == cg.weight_usual and int(cg.weight_priority) > int(usual)
         results: list[cwa.ExecResult] = []
