@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import contextvars
@@ -19,7 +20,7 @@ from anyio.abc import TaskGroup
 
 from ._budget import CloseBudget
 from ._deadline import backend_call, destroy
-from ._errors import SandboxError, SandboxValidationError
+from ._errors import SandboxBackendUnavailableError, SandboxError, SandboxValidationError
 from ._log import log
 from ._sandbox import Sandbox, SandboxOpener
 from ._sdk import STATUS_ALIASES
@@ -137,10 +138,19 @@ class Session:
         return list(self._sandboxes.values())
 
     async def open(self) -> Session:
-        """Open the backend. Prefer ``async with``, which also closes and handles SIGTERM."""
+        """Open the backend. Prefer ``async with``, which also closes and handles SIGTERM.
+
+        ``SandboxValidationError`` when not on asyncio (under trio, say) and the backend needs it: every
+        backend the library ships does but the fake (``Backend.asyncio_only``)."""
         if self._state is not SessionState.NEW:
             raise SandboxError(f"session is {self._state.value}; a session can be opened once", infrastructure=False)
-        self._backend = load_backend(self._backend_spec, **self._backend_options)
+        backend = load_backend(self._backend_spec, **self._backend_options)
+        if getattr(backend, "asyncio_only", True) and not _on_asyncio():  # (a constructor starts nothing)
+            raise SandboxValidationError(
+                f"the {backend.name} backend runs only on asyncio's event loop: use asyncio.run(main()) or "
+                "anyio.run(main) (not backend='trio')"
+            )
+        self._backend = backend
         self._state = SessionState.OPEN
         self._ctx_token = structlog.contextvars.bind_contextvars(session_id=self.session_id)
         log.debug("session opened", backend=self._backend.name, isolation=self._backend.isolation)
@@ -311,7 +321,10 @@ class Session:
                 await backend.create(spec)
         except BaseException as exc:
             self._creating.discard(sandbox_id)
-            await self._destroy_quietly(sandbox_id)  # shielded: a cancelled create leaves nothing behind
+            if not isinstance(exc, SandboxValidationError):  # that one was refused before anything was made
+                # shielded: a cancelled create leaves nothing behind; after a create that could not reach the
+                # backend, a destroy that cannot either is no news (and the backend's close sweeps again)
+                await self._destroy_quietly(sandbox_id, expected=isinstance(exc, SandboxBackendUnavailableError))
             if isinstance(exc, Exception):
                 self.metrics.sandbox_create_failed(exc)
                 log.info("sandbox create failed", sandbox_id=sandbox_id, error=repr(exc))
@@ -338,8 +351,18 @@ class Session:
             )
         return sb
 
-    async def _destroy_quietly(self, sandbox_id: str) -> None:
-        """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log failures."""
+    async def _destroy_quietly(self, sandbox_id: str, *, expected: bool = False) -> None:
+        """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log a failure
+        (at INFO if ``expected``: the backend just said it cannot be reached)."""
+        if expected:
+            try:
+                with backend_call(
+                    "destroy", self.timeouts.stop_seconds, sandbox_id=sandbox_id, budget=self.close_budget
+                ):
+                    await self.backend.destroy(sandbox_id)
+            except SandboxError as exc:
+                log.info("no destroy after a create that could not reach the backend", error=repr(exc))
+            return
         with contextlib.suppress(SandboxError):  # destroy() logged it
             await destroy(self.backend, sandbox_id, seconds=self.timeouts.stop_seconds, budget=self.close_budget)
 
@@ -416,6 +439,15 @@ class Session:
         """The CoreWeave SDK's name: the metrics since the last flush as the ``cwsandbox/*`` mapping
         (``snapshot().as_dict()``); flushes and resets nothing."""
         return dict(self.snapshot().as_dict())
+
+
+def _on_asyncio() -> bool:
+    """Whether this thread runs an asyncio event loop (anyio's asyncio backend included; trio's is not one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _statuses(status: object) -> frozenset[SandboxStatus] | None:
