@@ -4,7 +4,10 @@ The library never configures logging. If the application called
 ``structlog.configure``, events go through its processors (with ``sandbox_id``,
 ``session_id`` and ``step`` merged from contextvars). If it did not, events go to
 the standard ``logging`` logger ``"cwsandbox_async"``, which prints nothing below
-WARNING unless the application sets up logging.
+WARNING unless the application sets up logging. While no handler would take a record
+(the application configured nothing), Python prints it through ``logging.lastResort``,
+which writes the bare message; such a record then says itself who wrote it, in
+``logging.basicConfig``'s format (``WARNING:cwsandbox_async:event key=value ...``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ class _Logger:
             return
         ctx = {**structlog.contextvars.get_contextvars(), **kw}
         detail = " ".join(f"{k}={v!r}" for k, v in ctx.items())
-        _stdlib.log(lvl, "%s %s", event, detail)
+        if _stdlib.hasHandlers():
+            _stdlib.log(lvl, "%s %s", event, detail)
+        else:  # for logging.lastResort, which prints the message alone
+            _stdlib.log(lvl, "%s:%s:%s %s", logging.getLevelName(lvl), _stdlib.name, event, detail)
 
     def debug(self, event: str, **kw: Any) -> None:
         self._emit("debug", event, kw)
