@@ -30,7 +30,7 @@ from ._convert import MANAGED_TAG, create_request, driver_tag, id_tag, sandbox_i
 from ._diagnose import diagnose
 from ._errors import translate
 from ._exec import ExecOutcome, run_stream, run_unary, wrap
-from ._options import CoreWeaveOptions
+from ._options import CoreWeaveOptions, unenforced_limits
 from ._ready import Readiness
 from ._sweep import purge
 
@@ -184,13 +184,10 @@ class CoreWeaveBackend(Backend):
         res = spec.defaults.resources
         self._limits[sid] = (res.cpu_seconds, res.file_size_mib)
         self._created_any = True
-        if (res.pids is not None or res.tmp_mib is not None) and not self._warned_unenforced:
+        unenforced = unenforced_limits(res)
+        if unenforced and not self._warned_unenforced:
             self._warned_unenforced = True  # once per backend: the service has no such limits
-            log.warning(
-                "coreweave does not enforce Resources.pids or Resources.tmp_mib (set them to None to silence this)",
-                pids=res.pids,
-                tmp_mib=res.tmp_mib,
-            )
+            log.warning("coreweave does not enforce these Resources limits (set them to None)", **unenforced)
         started = time.monotonic()  # no later than the service's clock starts the lifetime
         try:
             sandbox = await channel.unary("CreateSandbox", request)  # idempotent: one request_id for every retry

@@ -16,14 +16,29 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..._errors import SandboxBackendUnavailableError, SandboxValidationError
+from ..._types import Resources
 from ..._validate import validate_number, validate_option_names, validate_optional_str, validate_tags
 
-__all__ = ["DEFAULT_BASE_URL", "AuthMetadata", "CoreWeaveOptions", "Endpoint"]
+__all__ = ["DEFAULT_BASE_URL", "UNENFORCED", "AuthMetadata", "CoreWeaveOptions", "Endpoint", "unenforced_limits"]
 
 DEFAULT_BASE_URL = "https://api.cwsandbox.com"
 AUTH_MODES = ("auto", "api_key", "wandb", "none")
 EXEC_RPCS = ("auto", "unary", "stream")
 AuthMetadata = tuple[tuple[str, str], ...]
+#: ``Resources`` fields the service has no limit for.
+UNENFORCED = ("pids", "tmp_mib")
+_LIBRARY_DEFAULTS = Resources()
+
+
+def unenforced_limits(res: Resources) -> dict[str, int | float]:
+    """The limits in ``res`` the service cannot enforce and the caller asked for: those set to something
+    other than ``Resources``' own default (a default the caller never chose is not worth a warning)."""
+    out: dict[str, int | float] = {}
+    for name in UNENFORCED:
+        value = getattr(res, name)
+        if value is not None and value != getattr(_LIBRARY_DEFAULTS, name):
+            out[name] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
