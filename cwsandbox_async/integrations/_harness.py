@@ -38,6 +38,14 @@ use, trace functions that jump over ``assert`` lines). The harness makes the che
 well-known hack (exit early) fail; it is not a sandbox between the program and
 its tests, which share one interpreter by design.
 
+**A unit that does not compile.** Both units are compiled before any of the program
+runs, the tests first. A failure is reported on stdout as ``<marker> compile_error
+<reason>`` (the program's: ``SyntaxError at solution.py line 3: expected ':': def f(x)``)
+or ``<marker> tests_error <reason>`` (the caller's tests: ``_item.judge`` raises it as a
+caller mistake once the driver's own ``compile`` of the tests agrees; a report the driver
+does not confirm can only have been forged by a program that read the marker, and is an
+``error_exit``).
+
 Differences from running ``code + "\\n" + tests`` with ``python3 -c``: the program
 and its tests are two compilation units (``solution.py`` and ``tests.py`` in
 tracebacks, with their source lines), ``SystemExit`` is a failure, stdin is empty,
@@ -91,13 +99,17 @@ def _cwsandbox_harness():
         exit_(2)
     marker, split, explain = parts[0], int(parts[1]), parts[3] == b"1"
     del head, parts
-    passed = False
+    passed, unparsed = False, None
     sources, units = {{}}, []
     try:
         sources["solution.py"], sources["tests.py"] = body[:split].decode("utf-8"), body[split:].decode("utf-8")
         del body
-        for name, source in sources.items():
-            units.append(compile(source, name, "exec"))
+        for name in ("tests.py", "solution.py"):  # the tests first: their failure is the caller's
+            try:
+                units.insert(0, compile(sources[name], name, "exec"))
+            except BaseException as exc:
+                unparsed = (b"tests_error " if name == "tests.py" else b"compile_error ", name, exc)
+                raise
         main = type(sys)("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
@@ -127,6 +139,20 @@ def _cwsandbox_harness():
             stream.flush()
         except BaseException:
             pass
+    if unparsed is not None:  # nothing of the program ran: a report only the harness can make
+        try:
+            kind, name, exc = unparsed
+            if isinstance(exc, SyntaxError):
+                where = " at %s line %s" % (exc.filename or name, exc.lineno) if exc.lineno else " in " + name
+                text = " ".join((exc.text or "").split())
+                why = "%s%s: %s" % (type(exc).__name__, where, exc.msg) + (": " + text if text else "")
+            else:
+                why = "%s in %s: %s" % (type(exc).__name__, name, exc)
+            data = b"\\n" + marker + b" " + kind + " ".join(why.split()).encode("utf-8", "replace") + b"\\n"
+            while data:
+                data = data[write(1, data):]
+        except BaseException:
+            pass
     if passed:
         try:
             data = b"\\n" + marker + b"\\n"
@@ -151,6 +177,7 @@ class HarnessRun:
     source: str
     stdin: bytes
     marker: bytes
+    tests: str | None = None
 
     @property
     def _suffix(self) -> bytes:
@@ -171,6 +198,18 @@ class HarnessRun:
         """The verdict's kind and reason, read from the exit and stderr (this harness writes no verdict line)."""
         if self.passed(result):
             return HarnessVerdict("passed", "")
+        line = result.stdout_bytes.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        if line.startswith(self.marker + b" "):  # the harness's report that a unit does not compile
+            kind, _, why = line[len(self.marker) + 1 :].decode("utf-8", errors="replace").partition(" ")
+            if kind == "compile_error":
+                return HarnessVerdict(kind, why)
+            if kind == "tests_error" and not _compiles(self.tests or ""):
+                return HarnessVerdict(kind, why)
+            return HarnessVerdict(
+                "error_exit",
+                f"the harness reported {kind} ({why}), which the driver does not confirm: a program that read"
+                " the marker forged it, or the sandbox's Python cannot compile what the driver's can",
+            )
         err = result.stderr_bytes.decode("utf-8", errors="replace").strip()
         last = err.splitlines()[-1] if err else ""
         if result.returncode == 0 or "before its tests finished" in last:
@@ -197,4 +236,13 @@ def harness_run(code: str, tests: str | None, *, explain: bool = False) -> Harne
     marker = MARKER_PREFIX + secrets.token_hex(16).encode()
     program, checks = code.encode("utf-8"), (tests or "").encode("utf-8")
     header = b"%s %010d %010d %d\n" % (marker, len(program), len(checks), int(explain))
-    return HarnessRun(source=HARNESS_SOURCE, stdin=header + program + checks, marker=marker)
+    return HarnessRun(source=HARNESS_SOURCE, stdin=header + program + checks, marker=marker, tests=tests)
+
+
+def _compiles(tests: str) -> bool:
+    """Whether ``tests`` compiles here (the driver's own check of a harness's ``tests_error``)."""
+    try:
+        compile(tests, "tests.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from .._errors import SandboxError, SandboxTimeoutError
+from .._errors import SandboxError, SandboxTimeoutError, SandboxValidationError
 from .._log import log
 from ._harness import harness_run
 from ._run import programs_doing, run_python
@@ -41,11 +41,13 @@ __all__ = ["HARNESSES", "ItemSettings", "judge", "run_item", "run_item_with_resu
 #: The harnesses a reward can run its programs under (see docs/outcomes.md).
 HARNESSES = ("split", "in_process")
 
+#: The harnesses' kinds (``HarnessVerdict.kind``) as verdict kinds; ``tests_error`` is raised (``judge``).
 _KINDS = {
     "passed": VerdictKind.PASSED,
     "wrong_answer": VerdictKind.WRONG_ANSWER,
     "error_exit": VerdictKind.ERROR_EXIT,
     "early_exit": VerdictKind.EARLY_EXIT,
+    "compile_error": VerdictKind.COMPILE_ERROR,
 }
 
 
@@ -70,7 +72,11 @@ class ItemSettings:
 
 
 def judge(run: _Run, result: ExecResult) -> tuple[VerdictKind, str]:
-    """The kind and reason of a finished (not timed-out) run, from the exec's facts and the harness's line."""
+    """The kind and reason (one line) of a finished (not timed-out) run, from the exec's facts and the harness.
+
+    Raises ``SandboxValidationError`` when the harness reports that the tests do not compile
+    (``tests_error``): the caller's mistake, raised after the batch like any other.
+    """
     if result.oom_killed:
         return VerdictKind.OOM, "killed for its memory (out of memory)"
     if result.cpu_exceeded:
@@ -79,12 +85,19 @@ def judge(run: _Run, result: ExecResult) -> tuple[VerdictKind, str]:
         return VerdictKind.ERROR_EXIT, "its output passed the output cap (the command was killed)"
     said = run.verdict(result)
     if said is None:
-        why = f"the harness did not report (exit code {result.returncode}): the program broke it"
-        return VerdictKind.ERROR_EXIT, why
+        how = f"was killed by signal {result.signal}" if result.signal else f"exited with code {result.returncode}"
+        # Exit codes 2 and 3 are the harness's own, before any of the program ran (its note is on stderr).
+        notes = [line for line in result.stderr.splitlines() if line.startswith("cwsandbox: ")]
+        own = notes and result.returncode in (2, 3)
+        why = f": {notes[-1][len('cwsandbox: ') :]}" if own else " (the program broke the harness)"
+        return VerdictKind.ERROR_EXIT, f"the tests' process {how} before it reported a verdict{why}"
+    reason = " ".join(said.reason.split())
+    if said.kind == "tests_error":
+        raise SandboxValidationError(f"the tests do not compile: {reason}")
     kind = _KINDS[said.kind]
     if kind is VerdictKind.PASSED and result.returncode != 0:
         return VerdictKind.ERROR_EXIT, f"exit code {result.returncode} after its tests passed"
-    return kind, said.reason or ("its tests passed" if kind is VerdictKind.PASSED else str(kind))
+    return kind, reason or ("its tests passed" if kind is VerdictKind.PASSED else str(kind))
 
 
 async def run_item(

@@ -8,6 +8,9 @@ a secret in its memory. The verdict is the last line of stdout, written by T:
 ``cwsandbox-verdict <nonce> {"kind": ..., "reason": ...}``; the nonce is fresh per run
 and only T and the driver know it.
 
+What the tests' namespace takes from the program, what crosses the pipe and how,
+and where T imports from: ``_split_program``'s docstring.
+
 Limits (docs/outcomes.md, "What the split harness cannot split"): tests that look
 inside the candidate's module or objects (``inspect``, ``globals()``, ``isinstance``
 against a class the program defines, ``==`` with an object the program made,
@@ -31,7 +34,7 @@ __all__ = ["SPLIT_SOURCE", "VERDICT_PREFIX", "HarnessVerdict", "SplitRun", "spli
 
 #: T's verdict line starts with this, then the run's nonce.
 VERDICT_PREFIX = b"cwsandbox-verdict "
-_KINDS = frozenset({"passed", "wrong_answer", "error_exit", "early_exit"})
+_KINDS = frozenset({"passed", "wrong_answer", "error_exit", "early_exit", "compile_error", "tests_error"})
 
 
 @cache
@@ -45,7 +48,12 @@ SPLIT_SOURCE = _source()
 
 @dataclass(frozen=True, slots=True)
 class HarnessVerdict:
-    """What the harness said: ``kind`` (passed, wrong_answer, error_exit, early_exit) and why."""
+    """What the harness said: ``kind`` and why (``reason``, one line).
+
+    Kinds: ``passed``, ``wrong_answer``, ``error_exit``, ``early_exit``, ``compile_error`` (the
+    program does not compile: file, line and the interpreter's message), ``tests_error`` (the
+    tests do not compile: the caller's mistake, raised by ``_item.judge``).
+    """
 
     kind: str
     reason: str

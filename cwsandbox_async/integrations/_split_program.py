@@ -3,56 +3,254 @@
 ``_split`` sends this file's text as the program and the candidate, the tests and a
 fresh nonce on stdin. Two processes:
 
-- **T** (the tests' process; the one the exec started) makes itself non-dumpable,
-  forks C *before* it reads stdin, then reads stdin, strips the working directory
-  from ``sys.path`` and sends the candidate's source to C over a pipe. It runs the
-  tests in its own interpreter, with every top-level name of the candidate as a
-  proxy: a call sends its arguments to C as plain data (tagged JSON) and gets the
-  result back as plain data, which T compares with its own ``==``. It writes the
+- **T** (the tests' process; the one the exec started) first drops from ``sys.path``
+  every entry the program could write (relative ones, the working directory and
+  below, writable directories outside the interpreter's own prefixes), *before* it
+  imports anything; ignores ``SIGPIPE`` (a write to a closed pipe is an error it
+  handles, never its death); makes itself non-dumpable, forks C *before* it reads
+  stdin, then reads stdin and sends the candidate's source to C over a pipe. It
+  compiles the tests (a ``SyntaxError`` there is the caller's: ``tests_error``) and
+  runs them in its own interpreter, with the candidate's top-level names as
+  proxies: a call sends its arguments to C as plain data and gets the result back
+  as plain data, which T compares with its own ``==``. Names the tests' namespace
+  never takes: one that is a builtin's name (the tests always see Python's
+  builtins), one bound to a module that is not on ``SAFE_MODULES`` (T imports only
+  those, by its own fixed names; never a name the candidate chose). It writes the
   verdict, with the nonce, as the last line of stdout, and exits.
 - **C** (the candidate's process) has ``/dev/null`` as stdin and the exec's stderr
-  as its stdout; it never held the nonce or the tests. It runs the candidate, then
-  serves T's calls until T says ``end`` (or dies with it).
+  as its stdout; it never held the nonce or the tests. It compiles the candidate
+  (a failure: ``compile_error`` with file, line and message), runs it, then serves
+  T's calls until T says ``end`` (or dies with it).
 
-What crosses the pipe is data: ``None``, bools, ints, floats, str, bytes, lists,
-tuples, dicts, sets, complex (subclasses are sent as their base value), or a
-handle to one of C's objects (calls, attributes, items, ``len``, ``bool``, ``str``,
-iteration are forwarded; ``==`` on a handle is identity, so an object "equal to
-everything" equals nothing). T's callables passed as arguments are handles C can
-only call. Arguments that are lists, dicts, sets or bytearrays and that the
-candidate mutated are copied back into T's objects.
+What crosses the pipe is data (``_cwsandbox_codec``): ``None``, bools, ints of any
+size (hexadecimal past 2**53), floats bit for bit (``-0.0``, NaN, inf; ``math.nan``
+stays ``math.nan``), str, bytes, bytearray, complex, lists, tuples, dicts (in their
+order), sets, frozensets, nested to any depth, shared and cyclic references kept
+(subclasses are sent as their base value); or a handle to one of C's objects
+(calls, attributes, items, ``len``, ``bool``, ``str``, iteration are forwarded; ``==``
+on a handle is identity, so an object "equal to everything" equals nothing). The
+wire form is flat (a list of nodes, children by index): encoding and decoding are
+loops, with no recursion, so no depth limit applies. One message is at most
+``MAX_FRAME`` bytes; a bigger answer is C's ``ValueError`` (T never reads more).
+T's callables passed as arguments are handles C can only call. Arguments that are
+lists, dicts, sets or bytearrays and that the candidate mutated are copied back
+into T's objects.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+#: The largest message either process reads (bytes). Past it, the answer is an ``error_exit``.
+MAX_FRAME = 256 << 20
+
+#: The only modules T binds for a candidate name bound to a module (by these names, never the candidate's):
+#: standard, importing them runs nothing from the working directory or the environment.
+_SAFE = (
+    "abc array base64 binascii bisect calendar cmath collections collections.abc copy dataclasses datetime "
+    "decimal enum fractions functools hashlib heapq io itertools json keyword math numbers operator os "
+    "os.path posixpath pprint queue random re statistics string struct sys textwrap time types typing "
+    "unicodedata zlib"
+)
+SAFE_MODULES = frozenset(_SAFE.split())
+
+
+def _cwsandbox_codec() -> tuple[Callable[..., list[Any]], Callable[..., Any]]:
+    """``(encode, decode)``: a value to a flat JSON-able node list and back, with loops only.
+
+    ``encode(value, other)``: ``other(obj)`` gives the node of a non-data object (a handle) or
+    raises ``TypeError``. ``decode(nodes, handle)``: ``handle(tag, ident)`` gives the object of a
+    handle node. ``decode`` raises ``ValueError`` for anything malformed, in time linear in its size.
+    """
+    import math
+    import struct
+
+    nan, safe, double = math.nan, 1 << 53, struct.Struct(">d")
+    leaf_tags, built_tags = ("i", "f", "n", "b", "y", "c", "H", "K"), ("t", "z")
+
+    def bits(x: float) -> str:
+        return double.pack(x).hex()
+
+    def node(v: Any, ref: Callable[[object], int], other: Callable[[object], list[Any]]) -> Any:
+        t = type(v)
+        if v is None or t is bool or t is str:
+            return v
+        if issubclass(t, int):
+            n = int.__index__(v)
+            return n if -safe < n < safe else ["i", int.__format__(n, "x")]
+        if issubclass(t, float):
+            return ["n"] if v is nan else ["f", bits(v)]
+        if issubclass(t, str):
+            return str.__str__(v)
+        if issubclass(t, (bytes, bytearray)):
+            return ["y" if issubclass(t, bytearray) else "b", bytes(memoryview(v)).hex()]
+        if issubclass(t, complex):
+            return ["c", bits(complex.real.__get__(v)), bits(complex.imag.__get__(v))]
+        if issubclass(t, list):
+            return ["l", *[ref(x) for x in list.__iter__(v)]]
+        if issubclass(t, tuple):
+            return ["t", *[ref(x) for x in tuple.__iter__(v)]]
+        if issubclass(t, dict):
+            out: list[object] = ["d"]
+            for k, x in dict.items(v):
+                out += (ref(k), ref(x))
+            return out
+        if issubclass(t, frozenset):
+            return ["z", *[ref(x) for x in frozenset.__iter__(v)]]
+        if issubclass(t, set):
+            return ["s", *[ref(x) for x in set.__iter__(v)]]
+        return other(v)
+
+    def encode(value: object, other: Callable[[object], list[Any]]) -> list[Any]:
+        nodes: list[Any] = []
+        memo: dict[int, int] = {}
+        keep: list[object] = []  # every object seen stays alive, so no id is reused meanwhile
+        work: list[tuple[int, object]] = []
+
+        def ref(x: object) -> int:
+            i = memo.get(id(x))
+            if i is None:
+                i = memo[id(x)] = len(nodes)
+                nodes.append(None)
+                keep.append(x)
+                work.append((i, x))
+            return i
+
+        ref(value)
+        while work:
+            i, v = work.pop()
+            nodes[i] = node(v, ref, other)
+        return nodes
+
+    def decode(nodes: object, handle: Callable[[str, int], object]) -> Any:
+        if type(nodes) is not list or not nodes:
+            raise ValueError("a malformed value")
+        n = len(nodes)
+        out: list[Any] = [None] * n
+        done = [True] * n
+        kids: list[list[int]] = [[]] * n
+        fill: list[int] = []
+        for i, x in enumerate(nodes):
+            if x is None or type(x) in (bool, int, str):
+                out[i] = x
+                continue
+            if type(x) is not list or not x or type(x[0]) is not str:
+                raise ValueError("a malformed value")
+            tag, rest = x[0], x[1:]
+            if tag in leaf_tags or len(tag) != 1:
+                out[i] = leaf(tag, rest, handle)
+                continue
+            if any(type(c) is not int or not 0 <= c < n for c in rest):
+                raise ValueError("a malformed value (a reference out of range)")
+            kids[i] = rest
+            if tag in built_tags:
+                done[i] = False
+            elif tag in ("l", "d", "s"):
+                if tag == "d" and len(rest) % 2:
+                    raise ValueError("a malformed dict")
+                out[i] = [] if tag == "l" else {} if tag == "d" else set()
+                fill.append(i)
+            else:
+                raise ValueError(f"a malformed value (tag {tag!r})")
+        building = [False] * n
+        for start in range(n):  # tuples and frozensets, children first (they hold no cycle)
+            stack = [start]
+            while stack:
+                j = stack[-1]
+                if done[j]:
+                    stack.pop()
+                    continue
+                if not building[j]:
+                    building[j] = True
+                    for c in kids[j]:
+                        if not done[c]:
+                            if building[c]:
+                                raise ValueError("a malformed value (an immutable cycle)")
+                            stack.append(c)
+                    continue
+                items = [out[c] for c in kids[j]]
+                out[j] = tuple(items) if nodes[j][0] == "t" else frozenset(items)
+                done[j] = True
+                stack.pop()
+        for i in fill:
+            target, items = out[i], [out[c] for c in kids[i]]
+            if type(target) is list:
+                target.extend(items)
+            elif type(target) is set:
+                target.update(items)
+            else:
+                for k in range(0, len(items), 2):
+                    target[items[k]] = items[k + 1]
+        return out[0]
+
+    def leaf(tag: str, rest: list[Any], handle: Callable[[str, int], object]) -> object:
+        arg = rest[0] if len(rest) == 1 else None
+        if tag == "n" and not rest:
+            return nan
+        if type(arg) is str and tag == "i":
+            return int(arg, 16)
+        if type(arg) is str and tag == "f" and len(arg) == 16:
+            return double.unpack(bytes.fromhex(arg))[0]
+        if type(arg) is str and tag in ("b", "y"):
+            return bytes.fromhex(arg) if tag == "b" else bytearray.fromhex(arg)
+        if tag == "c" and len(rest) == 2 and all(type(p) is str and len(p) == 16 for p in rest):
+            return complex(double.unpack(bytes.fromhex(rest[0]))[0], double.unpack(bytes.fromhex(rest[1]))[0])
+        if type(arg) is int and tag in ("H", "K"):
+            return handle(tag, arg)
+        raise ValueError(f"a malformed value (tag {tag!r})")
+
+    return encode, decode
 
 
 def _cwsandbox_split() -> None:
-    import builtins
-    import json
     import os
-    import signal
     import sys
 
+    cwd = os.path.realpath(os.getcwd())
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+
+    def trusted(entry: object) -> bool:  # a sys.path entry the program (or an earlier tool call) cannot write
+        if type(entry) is not str or not os.path.isabs(entry):
+            return False
+        real = os.path.realpath(entry)
+        if real == cwd or real.startswith(cwd.rstrip("/") + "/"):
+            return False
+        if any(real == p or real.startswith(p.rstrip("/") + "/") for p in prefixes):
+            return True
+        return os.path.isdir(real) and not os.access(real, os.W_OK)
+
+    path = list(sys.path)  # the candidate's (C restores it): as in python3 -c
+    sys.path[:] = [p for p in path if trusted(p)]  # before any import below
+    import builtins
+    import contextlib
+    import json
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a closed pipe is EPIPE (handled), never T's death
     read, write, exit_, err = os.read, os.write, os._exit, sys.stderr
-    max_frame = 64 << 20
+    encode_value, decode_value = _cwsandbox_codec()
 
     class Ended(BaseException):
-        """The other process is gone (the pipe closed): in T, the candidate ended its process."""
+        """The other process is gone (the pipe closed), or sent what T refuses (``why``)."""
+
+        def __init__(self, message: str, why: str = "") -> None:
+            super().__init__(message)
+            self.why = why
 
     class ProgramError(Exception):
         """An exception the candidate raised whose class has no builtin base T can raise."""
 
     def take(fd: int, n: int) -> bytes:
-        data = b""
+        data = bytearray()
         while len(data) < n:
-            chunk = read(fd, n - len(data))
+            chunk = read(fd, min(n - len(data), 1 << 20))
             if not chunk:
                 break
             data += chunk
-        return data
+        return bytes(data)
 
     class Peer:
         """One end of the pipe pair. ``mine``/``theirs``: the tags of handles each side exports."""
@@ -65,12 +263,18 @@ def _cwsandbox_split() -> None:
             self.next_id = 0
             self.ended = False
 
-        def send(self, msg: object) -> None:
+        def send(self, msg: dict[str, object]) -> None:
             data = json.dumps(msg, separators=(",", ":")).encode()
-            data = len(data).to_bytes(4, "big") + data
+            if len(data) > MAX_FRAME:
+                size = len(data)
+                too_big = ValueError(
+                    f"the answer is {size} bytes encoded, over the {MAX_FRAME >> 20} MiB the harness carries"
+                )
+                data = json.dumps({"x": describe(too_big)}).encode()
+            view = memoryview(len(data).to_bytes(4, "big") + data)
             try:
-                while data:
-                    data = data[write(self.wfd, data) :]
+                while view:
+                    view = view[write(self.wfd, view) :]
             except OSError as exc:
                 self.ended = True
                 raise Ended("the pipe to the other process broke") from exc
@@ -78,9 +282,10 @@ def _cwsandbox_split() -> None:
         def receive(self) -> dict[str, Any]:
             head = take(self.rfd, 4)
             size = int.from_bytes(head, "big") if len(head) == 4 else -1
-            if size < 0 or size > max_frame:
+            if size < 0 or size > MAX_FRAME:
                 self.ended = True
-                raise Ended("the other process closed the pipe" if size < 0 else "a message over 64 MiB")
+                too_big = f"a message of {size} bytes, over the {MAX_FRAME >> 20} MiB the harness reads"
+                raise Ended("the other process closed the pipe", "" if size < 0 else too_big)
             body = take(self.rfd, size)
             if len(body) != size:
                 self.ended = True
@@ -90,80 +295,36 @@ def _cwsandbox_split() -> None:
                 raise ValueError("a message that is not an object")
             return msg
 
-        # -- values ---------------------------------------------------------------------
-        def encode(self, v: object, depth: int = 0) -> object:
-            if depth > 200:
-                raise ValueError("a value nested more than 200 levels deep")
-            d = depth + 1
-            if v is None or type(v) is bool:
-                return v
-            if isinstance(v, Remote) and v._peer is self:
-                return {self.theirs: v._id}
-            if isinstance(v, bool):
-                return bool(v)
-            if isinstance(v, int):
-                return int.__index__(v)
-            if isinstance(v, float):
-                return {"f": float.__repr__(v)}
-            if isinstance(v, str):
-                return str.__str__(v)
-            if isinstance(v, (bytes, bytearray)):
-                return {"Y" if isinstance(v, bytearray) else "B": bytes.hex(bytes(memoryview(v)))}
-            if isinstance(v, complex):
-                return {"C": [complex.__getattribute__(v, "real"), complex.__getattribute__(v, "imag")]}
-            if isinstance(v, list):
-                return [self.encode(x, d) for x in list.__iter__(v)]
-            if isinstance(v, tuple):
-                return {"T": [self.encode(x, d) for x in tuple.__iter__(v)]}
-            if isinstance(v, dict):
-                return {"D": [[self.encode(k, d), self.encode(x, d)] for k, x in dict.items(v)]}
-            if isinstance(v, (set, frozenset)):
-                items = set.__iter__(v) if isinstance(v, set) else frozenset.__iter__(v)
-                return {"F" if isinstance(v, frozenset) else "S": [self.encode(x, d) for x in items]}
+        def encode(self, v: object) -> list[Any]:
+            return encode_value(v, self.other)
+
+        def other(self, v: object) -> list[Any]:
+            if type(v) is Remote and v._peer is self:
+                return [self.theirs, v._id]
             if not self.serves_all and not callable(v):
                 raise TypeError(f"a {type(v).__name__} cannot be passed to the program (only data and callables)")
             self.next_id += 1
             self.exports[self.next_id] = v
-            return {self.mine: self.next_id}
+            return [self.mine, self.next_id]
 
-        def decode(self, v: object) -> object:
-            if v is None or isinstance(v, (bool, int, str)):
-                return v
-            if isinstance(v, list):
-                return [self.decode(x) for x in v]
-            if not isinstance(v, dict) or len(v) != 1:
-                raise ValueError("a malformed value")
-            ((tag, x),) = v.items()
-            if tag == "f" and isinstance(x, str):
-                return float(x)
-            if tag in ("B", "Y") and isinstance(x, str):
-                return bytes.fromhex(x) if tag == "B" else bytearray.fromhex(x)
-            if tag == "C" and isinstance(x, list) and len(x) == 2:
-                return complex(float(x[0]), float(x[1]))
-            if tag == "T" and isinstance(x, list):
-                return tuple(self.decode(i) for i in x)
-            if tag == "D" and isinstance(x, list):
-                return {self.decode(k): self.decode(i) for k, i in x}
-            if tag in ("S", "F") and isinstance(x, list):
-                items = [self.decode(i) for i in x]
-                return set(items) if tag == "S" else frozenset(items)
-            if tag == self.mine and type(x) is int and x in self.exports:
+        def decode(self, v: object) -> Any:
+            return decode_value(v, self.handle)
+
+        def handle(self, tag: str, x: int) -> object:
+            if tag == self.mine and x in self.exports:
                 return self.exports[x]
-            if tag == self.theirs and type(x) is int:
+            if tag == self.theirs:
                 if x not in self.remotes:
                     self.remotes[x] = Remote(self, x)
                 return self.remotes[x]
-            raise ValueError(f"a malformed value (tag {tag!r})")
+            raise ValueError(f"a malformed value (handle {tag}{x})")
 
-        # -- requests ---------------------------------------------------------------------
         def request(
             self, op: str, target: int, args: tuple[Any, ...] = (), kwargs: dict[str, object] | None = None
         ) -> object:
             if self.ended:
                 raise Ended("the program's process has ended")
-            enc_args = [self.encode(a) for a in args]
-            enc_kw = [[k, self.encode(x)] for k, x in (kwargs or {}).items()]
-            self.send({"op": op, "h": target, "a": enc_args, "k": enc_kw})
+            self.send({"op": op, "h": target, "a": self.encode([list(args), dict(kwargs or {})])})
             while True:
                 msg = self.receive()
                 if "op" in msg:
@@ -175,7 +336,7 @@ def _cwsandbox_split() -> None:
                 if "x" in msg:
                     raise self.exception(msg["x"])
                 for index, value in msg.get("m", []):  # arguments the callee mutated
-                    mine: Any = args[index]
+                    mine: Any = args[index] if type(index) is int and 0 <= index < len(args) else None
                     new: Any = self.decode(value)
                     if type(mine) in (list, bytearray) and type(new) is type(mine):
                         mine[:] = new
@@ -206,8 +367,10 @@ def _cwsandbox_split() -> None:
             try:
                 if obj is None or (not self.serves_all and op != "call"):
                     raise TypeError(f"no such object or operation: {op!r}")
-                args = [self.decode(a) for a in msg.get("a", [])]
-                kwargs = {str(k): self.decode(v) for k, v in msg.get("k", [])}
+                call = self.decode(msg.get("a"))
+                if type(call) is not list or len(call) != 2 or type(call[0]) is not list or type(call[1]) is not dict:
+                    raise ValueError("a malformed call")
+                args, kwargs = call[0], {str(k): v for k, v in call[1].items()}
                 before = [self.encode(a) if type(a) in (list, dict, set, bytearray) else None for a in args]
                 result = operate(obj, str(op), args, kwargs)
                 reply: dict[str, object] = {"r": self.encode(result)}
@@ -252,6 +415,14 @@ def _cwsandbox_split() -> None:
         except BaseException:
             message = "?"
         return {"name": type(exc).__name__, "base": base, "msg": message[:2000], "tb": text}
+
+    def unparsed(exc: BaseException, file: str) -> str:
+        """A compile failure in one line: ``SyntaxError at solution.py line 3: expected ':': def f(x)``."""
+        if isinstance(exc, SyntaxError):
+            where = f" at {exc.filename or file} line {exc.lineno}" if exc.lineno else f" in {file}"
+            text = " ".join((exc.text or "").split())
+            return f"{type(exc).__name__}{where}: {exc.msg}" + (f": {text}" if text else "")
+        return f"{type(exc).__name__} in {file}: {exc}"
 
     class Remote:
         """T's view of one of C's objects; ``==`` and ``hash`` are identity, never the program's."""
@@ -315,32 +486,38 @@ def _cwsandbox_split() -> None:
         os.dup2(null, 0)
         os.close(null)
         os.dup2(2, 1)  # its prints go to stderr: the exec's stdout is T's alone
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python program
+        sys.path[:] = path
         try:
             import ctypes
 
             ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # an ordinary process again (PR_SET_DUMPABLE)
         except BaseException:
             pass
-        msg = peer.receive()
-        source = msg.get("source")
+        source = str(peer.receive().get("source"))
         main = type(sys)("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
+        reply: dict[str, object]
         try:
-            unit = compile(str(source), "solution.py", "exec")
+            unit = compile(source, "solution.py", "exec")
+        except BaseException as exc:  # nothing of the program ran: this report is the harness's own
+            peer.send({"compile": unparsed(exc, "solution.py")})
+            exit_(1)
+        try:
             exec(unit, main.__dict__)
             names: list[list[object]] = []
             for name, value in list(main.__dict__.items()):
                 if name.startswith("__"):
                     continue
                 if isinstance(value, type(sys)):
-                    names.append([name, {"M": str(getattr(value, "__name__", ""))}])
+                    names.append([name, "M", str(getattr(value, "__name__", ""))])
                     continue
                 try:
-                    names.append([name, peer.encode(value)])
+                    names.append([name, "V", peer.encode(value)])
                 except Exception:
                     continue
-            reply: dict[str, object] = {"ready": names}
+            reply = {"ready": names}
         except SystemExit as exc:
             reply = {"exit": repr(exc.code)}
         except BaseException as exc:
@@ -356,7 +533,7 @@ def _cwsandbox_split() -> None:
 
     # -- the tests' process --------------------------------------------------------------
     def verdict(kind: str, reason: str) -> None:
-        line = json.dumps({"kind": kind, "reason": reason[-2000:]})
+        line = json.dumps({"kind": kind, "reason": " ".join(reason.split("\n"))[-2000:]})
         data = b"\ncwsandbox-verdict " + nonce + b" " + line.encode() + b"\n"
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
@@ -399,8 +576,6 @@ def _cwsandbox_split() -> None:
         err.write("cwsandbox: the harness got incomplete input\n")
         exit_(2)
     nonce, split, has_tests = parts[0], int(parts[1]), parts[3] == b"1"
-    cwd = os.getcwd()
-    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]  # nothing the program writes is imported here
     peer = Peer(t_reads, t_writes, "K", False)
 
     def ended_how() -> str:
@@ -414,28 +589,53 @@ def _cwsandbox_split() -> None:
             return f" (killed by signal {os.WTERMSIG(status)})"
         return f" (exit status {os.WEXITSTATUS(status)})"
 
+    def used(unit: Any) -> set[str]:  # every name the tests' code refers to (nested code included)
+        names, todo = set(), [unit]
+        while todo:
+            code = todo.pop()
+            names.update(code.co_names)
+            todo.extend(c for c in code.co_consts if isinstance(c, type(unit)))
+        return names
+
     kind, reason, tests = "passed", "", ""
     try:
         peer.send({"source": body[:split].decode("utf-8")})
         tests = body[split:].decode("utf-8")
         del body
+        try:
+            checks = compile(tests, "tests.py", "exec")
+        except BaseException as exc:
+            kind, reason = "tests_error", unparsed(exc, "tests.py")
+            raise
         first = peer.receive()
+        if "compile" in first:
+            kind, reason = "compile_error", str(first["compile"])
+            raise SyntaxError(reason)
         if "exit" in first:
             raise Ended(f"the program ended the process (SystemExit({first['exit']})) before its tests finished")
         if "x" in first:
             raise peer.exception(first["x"])
         namespace: dict[str, object] = {"__builtins__": builtins, "__name__": "__main__"}
-        stdlib = getattr(sys, "stdlib_module_names", None)
-        for name, value in first.get("ready", []):
-            if isinstance(value, dict) and "M" in value:
-                module = str(value["M"])
-                if stdlib is None or (module.split(".")[0] in stdlib and module not in ("antigravity", "this")):
-                    with contextlib.suppress(BaseException):
-                        namespace[str(name)] = __import__(module, fromlist=["_"])
-                continue
-            namespace[str(name)] = peer.decode(value)
+        refused: list[str] = []
+        for entry in first.get("ready", []):
+            name, what, value = (str(entry[0]), entry[1], entry[2]) if len(entry) == 3 else ("__", "", None)
+            if name.startswith("__") or name in builtins.__dict__:
+                refused.append(f"{name} (a builtin's name: the tests see the builtin)")
+            elif what == "M":
+                module = {"posixpath": "os.path"}.get(str(value), str(value))
+                if module in SAFE_MODULES:
+                    __import__(module)
+                    namespace[name] = sys.modules[module]
+                else:
+                    refused.append(f"{name} (module {module!r} is not one the harness imports)")
+            else:
+                namespace[name] = peer.decode(value)
+        seen = used(checks)
+        shown = [r for r in refused if r.split(" ", 1)[0] in seen]
+        if shown:
+            err.write("cwsandbox: names of the program the tests use but do not get: " + "; ".join(shown) + "\n")
         if has_tests:
-            exec(compile(tests, "tests.py", "exec"), namespace)
+            exec(checks, namespace)
         if peer.ended:
             raise Ended("the program ended its process while its tests ran")
     except Ended as exc:
@@ -443,30 +643,33 @@ def _cwsandbox_split() -> None:
         kind, reason = "early_exit", f"the program ended its process{how} before its tests finished"
         if "SystemExit" in str(exc):
             reason = str(exc)
-        if "64 MiB" in str(exc):
-            kind, reason = "error_exit", f"the program sent {exc}"
+        if exc.why:
+            kind, reason = "error_exit", f"the program sent {exc.why}"
     except BaseException as exc:
-        program = getattr(exc, "__cwsandbox_program__", None)
-        kind = "error_exit" if program is not None else "wrong_answer"
-        if isinstance(exc, AssertionError):
-            kind = "wrong_answer"
-        try:
-            import traceback
+        if kind == "passed":
+            program = getattr(exc, "__cwsandbox_program__", None)
+            kind = "error_exit" if program is not None else "wrong_answer"
+            if isinstance(exc, AssertionError):
+                kind = "wrong_answer"
+            try:
+                import traceback
 
-            below = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-            shown = "".join(traceback.format_exception(type(exc), exc, below))
-            err.write(shown + (f"raised in the program:\n{program}" if program else ""))
-            last = shown.strip().splitlines()[-1] if shown.strip() else type(exc).__name__
-            where, tb = "", exc.__traceback__
-            while tb is not None:
-                if tb.tb_frame.f_code.co_filename == "tests.py":
-                    lines = tests.splitlines()
-                    text = lines[tb.tb_lineno - 1].strip() if 0 < tb.tb_lineno <= len(lines) else ""
-                    where = f" at tests.py line {tb.tb_lineno}: {text}"[:300]
-                tb = tb.tb_next
-            reason = (last if not program else f"the program raised {last}") + where
-        except BaseException:
-            reason = type(exc).__name__
+                below = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+                shown_tb = "".join(traceback.format_exception(type(exc), exc, below))
+                err.write(shown_tb + (f"raised in the program:\n{program}" if program else ""))
+                last = shown_tb.strip().splitlines()[-1] if shown_tb.strip() else type(exc).__name__
+                where, tb = "", exc.__traceback__
+                while tb is not None:
+                    if tb.tb_frame.f_code.co_filename == "tests.py":
+                        lines = tests.splitlines()
+                        text = lines[tb.tb_lineno - 1].strip() if 0 < tb.tb_lineno <= len(lines) else ""
+                        where = f" at tests.py line {tb.tb_lineno}: {text}"[:300]
+                    tb = tb.tb_next
+                reason = (last if not program else f"the program raised {last}") + where
+            except BaseException:
+                reason = type(exc).__name__
+        else:
+            err.write(f"cwsandbox: {reason}\n")
     if kind != "early_exit":
         with contextlib.suppress(Ended):
             peer.send({"op": "end", "h": 0})

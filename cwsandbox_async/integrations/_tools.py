@@ -11,7 +11,9 @@ so a rollout on a broken sandbox fails instead of teaching the model a fake less
 (``_split``: the tests in their own process, calling the code across a pipe): it
 passes only if the tests ran to their end, so a submission that ends the process
 early (``os._exit(0)``, ``sys.exit(0)``, an ``atexit`` hook) fails; its
-``ToolResult.verdict`` says why. The run is ``exclusive``: processes the episode left running are killed
+``ToolResult.verdict`` says why (a submission that does not parse is ``compile_error``, with
+file, line and the interpreter's message; tests that do not parse raise ``SandboxValidationError``:
+the environment's mistake). The run is ``exclusive``: processes the episode left running are killed
 first, so they cannot write into its output.
 """
 
@@ -229,7 +231,7 @@ async def run_tool(
     ``Error (killed: out of memory)``. A submission passes only if its tests ran to
     their end (see the module docstring). Raises only for platform failures (an
     infrastructure ``SandboxError``), the caller's mistakes (a stopped sandbox:
-    ``SandboxTerminatedError``) and cancellation.
+    ``SandboxTerminatedError``; tests that do not compile: ``SandboxValidationError``) and cancellation.
     """
     try:
         call = parse_tool_call(tool_call)
@@ -280,6 +282,8 @@ async def run_tool(
         verdict = False if submitted else None
         return ToolResult(name, observation, False, submitted=submitted, passed=verdict, timed_out=True)
     except (SandboxFileError, SandboxValidationError) as exc:
+        if submitted:
+            raise  # the caller's tests do not compile (``_item.judge``): the environment's mistake, not the model's
         path = getattr(exc, "path", None) or args.get("path", "")
         where = "" if path and path in exc.message else f" for {path!r}"
         return ToolResult(name, f"Error: {name} failed{where}: {exc.message}", False)

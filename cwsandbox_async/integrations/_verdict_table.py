@@ -14,30 +14,11 @@ __all__ = ["COLUMNS", "log_verdict_table", "worst"]
 #: The table's columns, in order.
 COLUMNS = ("index", "kind", "score", "reason", "exit_code", "wall_seconds", "cpu_seconds", "retries", "stderr_tail")
 
-#: Worst first: what was not scored, then what hung or was killed, then what failed.
-_ORDER = {
-    k: n
-    for n, k in enumerate(
-        (
-            VerdictKind.INFRASTRUCTURE,
-            VerdictKind.STARVED,
-            VerdictKind.TIMEOUT,
-            VerdictKind.OOM,
-            VerdictKind.CPU_BUDGET,
-            VerdictKind.EARLY_EXIT,
-            VerdictKind.ERROR_EXIT,
-            VerdictKind.WRONG_ANSWER,
-            VerdictKind.NO_CODE,
-            VerdictKind.PASSED,
-        )
-    )
-}
-
 
 def worst(verdicts: Sequence[CompletionVerdict], n: int) -> list[CompletionVerdict]:
-    """Up to ``n`` verdicts that did not pass, worst kind first, then the longest wall time."""
+    """Up to ``n`` verdicts that did not pass, worst kind first (``VerdictKind.rank``), then the longest wall time."""
     failed = [v for v in verdicts if v.kind is not VerdictKind.PASSED]
-    return sorted(failed, key=lambda v: (_ORDER[v.kind], -(v.wall_seconds or 0.0), v.index))[:n]
+    return sorted(failed, key=lambda v: (v.kind.rank, -(v.wall_seconds or 0.0), v.index))[:n]
 
 
 def log_verdict_table(run: Any, key: str, verdicts: Sequence[CompletionVerdict], n: int, step: int | None) -> bool:

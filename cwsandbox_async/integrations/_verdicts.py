@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 if TYPE_CHECKING:
     from .._types import ExecResult
@@ -56,6 +56,38 @@ class VerdictKind(enum.StrEnum):
     NO_CODE = "no_code"
     STARVED = "starved"
     INFRASTRUCTURE = "infrastructure"
+
+    @property
+    def rank(self) -> int:
+        """How bad the kind is, worst first (0): what was not scored, then what hung or was killed, then
+        what failed, then ``no_code`` and ``passed``. Total: mypy rejects a kind this leaves out."""
+        match self:
+            case VerdictKind.INFRASTRUCTURE:
+                return 0
+            case VerdictKind.STARVED:
+                return 1
+            case VerdictKind.TIMEOUT:
+                return 2
+            case VerdictKind.OOM:
+                return 3
+            case VerdictKind.CPU_BUDGET:
+                return 4
+            case VerdictKind.EARLY_EXIT:
+                return 5
+            case VerdictKind.ERROR_EXIT:
+                return 6
+            case VerdictKind.COMPILE_ERROR:
+                return 7
+            case VerdictKind.WRONG_ANSWER:
+                return 8
+            case VerdictKind.PARTIAL:
+                return 9
+            case VerdictKind.NO_CODE:
+                return 10
+            case VerdictKind.PASSED:
+                return 11
+            case _:
+                assert_never(self)
 
     @property
     def scored(self) -> bool:
@@ -149,7 +181,8 @@ def judged_verdict(index: int, result: JudgeResult, sandbox_id: str | None) -> C
     failing = next((c for c in result.cases if c.verdict is not Verdict.ACCEPTED), None)
     reason = f"{result.verdict.value}: {result.passed}/{len(result.cases)} test cases accepted"
     if result.verdict is Verdict.COMPILE_ERROR:
-        reason = "compile error"
+        said = [line.strip() for line in (result.compile_output or "").splitlines() if line.strip()]
+        reason = "compile error" + (f": {said[0][:300]}" if said else "")
     elif failing is not None and failing.detail:
         reason += f"; case {failing.name or failing.index}: {failing.detail}"
     return CompletionVerdict(

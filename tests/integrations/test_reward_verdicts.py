@@ -167,7 +167,7 @@ async def test_the_worst_verdicts_go_to_wandb_as_a_table(tmp_path: Path, monkeyp
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run = wandb.init(project="cwsandbox-async-test", dir=str(tmp_path), reinit="create_new")
-    codes = [RIGHT, WRONG, "import os\nos._exit(0)\n", None]
+    codes = [RIGHT, WRONG, "import os\nos._exit(0)\n", None, "def add(a, b)\n"]
     reward = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=fake(), run=run, verdict_table=2)
     off = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=fake(), run=run)  # the default: off
     try:
@@ -183,5 +183,18 @@ async def test_the_worst_verdicts_go_to_wandb_as_a_table(tmp_path: Path, monkeyp
     assert rows[0][f"{key}/_type"] == "table-file" and rows[0][f"{key}/nrows"] == 2
     table = json.loads((Path(run.dir) / rows[0][f"{key}/path"]).read_text())
     assert table["columns"][:3] == ["index", "kind", "score"]
-    # worst first: the early exit, then the wrong answer (the pass and the no-code item are not the worst two)
-    assert [r[:3] for r in table["data"]] == [[2, "early_exit", 0.0], [1, "wrong_answer", 0.0]]
+    # worst first: the early exit, then the compile error (the wrong answer, the pass and the no-code item
+    # are not the worst two)
+    assert [r[:3] for r in table["data"]] == [[2, "early_exit", 0.0], [4, "compile_error", 0.0]]
+
+
+def test_every_kind_has_its_place_in_the_worst_first_order() -> None:
+    """``VerdictKind.rank`` is total (mypy rejects a kind its ``match`` leaves out): no kind breaks the table."""
+    from cwsandbox_async.integrations._verdict_table import worst
+
+    assert sorted(k.rank for k in VerdictKind) == list(range(len(VerdictKind)))
+    verdicts = [CompletionVerdict(i, kind, 0.0 if kind.scored else None) for i, kind in enumerate(VerdictKind)]
+    ranked = [v.kind for v in worst(list(reversed(verdicts)), len(verdicts))]
+    assert ranked == [k for k in sorted(VerdictKind, key=lambda k: k.rank) if k is not VerdictKind.PASSED]
+    assert ranked[:2] == [VerdictKind.INFRASTRUCTURE, VerdictKind.STARVED]  # what was not scored comes first
+    assert ranked[-3:] == [VerdictKind.WRONG_ANSWER, VerdictKind.PARTIAL, VerdictKind.NO_CODE]

@@ -178,3 +178,160 @@ async def test_the_frame_hack_passes_in_process_and_fails_split(local_only: None
     split, verdicts = await score([FRAME_HACK], [TESTS])
     assert shared == [1.0]  # the hole, documented: one interpreter cannot hide its frames
     assert split == [0.0] and verdicts[0].kind == "error_exit", verdicts  # no marker in the program's process
+
+
+# -- the tests' namespace and imports: nothing the program names runs in the tests' process ----------------
+
+#: Wrong answers (``add`` subtracts) that give a top-level name a builtin's name the tests use.
+SHADOWS = {
+    "abs": (
+        "def abs(x):\n    return 0\n" + WRONG,
+        "def check(candidate):\n    assert abs(candidate(2, 3) - 5) < 1e-6\ncheck(add)\n",
+    ),
+    "range": ("def range(*a):\n    return []\n" + WRONG, "for i in range(3):\n    assert add(i, 1) == i + 1\n"),
+    "set": ("def set(*a):\n    return 0\n" + WRONG, "assert set([add(2, 3)]) == set([5])\n"),
+    "len": ("def len(x):\n    return 5\n" + WRONG, "assert len([x for x in range(add(2, 3))]) == 5\n"),
+}
+
+
+async def test_a_builtins_name_in_the_program_never_shadows_the_builtin_for_the_tests(local_only: None) -> None:
+    """HumanEval's ``abs(candidate(x) - y) < 1e-6`` and friends: the tests always see Python's builtins."""
+    codes = [RIGHT + "def abs(x):\n    return x\n", *(c for c, _ in SHADOWS.values())]
+    tests = [SHADOWS["abs"][1], *(t for _, t in SHADOWS.values())]
+    rewards, verdicts = await score(codes, tests)
+    assert rewards == [1.0] + [0.0] * len(SHADOWS), [(v.kind, v.reason) for v in verdicts]
+    assert all(v.kind == "wrong_answer" for v in verdicts[1:]), verdicts
+    # the user is told why a name the tests use did not come from the program
+    assert "abs (a builtin's name: the tests see the builtin)" in verdicts[1].stderr_tail, verdicts[1]
+
+
+async def test_names_the_tests_import_are_theirs_not_the_programs(local_only: None) -> None:
+    fake_math = "class math:\n    @staticmethod\n    def isclose(a, b, **k):\n        return True\n    sqrt = abs\n"
+    wrong = "def area(r):\n    return 1.0\n"
+    codes = [fake_math + wrong, fake_math + wrong, "import math\ndef area(r):\n    return math.pi * r * r\n"]
+    tests = [
+        "import math\nassert math.isclose(area(2), 12.566, rel_tol=1e-3)\n",
+        "from math import isclose\nassert isclose(area(2), 12.566, rel_tol=1e-3)\n",
+        "assert math.isclose(area(2), 12.566, rel_tol=1e-3)\n",  # MBPP style: `math` from the program's import
+    ]
+    rewards, verdicts = await score(codes, tests)
+    assert rewards == [0.0, 0.0, 1.0], [(v.kind, v.reason) for v in verdicts]
+
+
+#: Run in the tests' process, this finds the nonce in its frames and writes a pass.
+NONCE_THIEF = PLANTED
+#: A module that runs test discovery in the working directory when imported: the tests' process never imports
+#: a module by a name the program chose (only ``SAFE_MODULES``).
+NAMES_UNITTEST_MAIN = "import sys\nrunner = type(sys)('unittest.__main__')\n" + WRONG
+
+
+async def test_a_module_name_the_program_chose_is_never_imported_by_the_tests(local_only: None) -> None:
+    plants = f"open('test_zz_plant.py', 'w').write({NONCE_THIEF!r})\n" + NAMES_UNITTEST_MAIN
+    rewards, verdicts = await score([plants, "import sys\nm = type(sys)('antigravity')\n" + WRONG], [TESTS] * 2)
+    assert rewards == [0.0, 0.0] and [v.kind for v in verdicts] == ["wrong_answer"] * 2, verdicts
+
+
+async def test_a_plant_left_by_an_earlier_write_file_never_runs_in_the_tests_process(local_only: None) -> None:
+    """Through ART's tools (``write_file`` then ``submit_solution``) and through ``run_item`` in the same sandbox;
+    also on the exec path (another interpreter name: the working directory is on its ``sys.path``), where a
+    ``json.py`` planted there would be the tests' process's own ``json``."""
+    from cwsandbox_async import Session
+    from cwsandbox_async.integrations._item import ItemSettings, run_item
+    from cwsandbox_async.integrations._tools import run_tool
+
+    async with Session(backend="local") as session, session.sandbox() as sb:
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            written = await run_tool(
+                sb, {"name": "write_file", "arguments": {"path": "test_zz_plant.py", "content": NONCE_THIEF}}
+            )
+            assert written.ok, written
+            await sb.write_file(f"{sb.defaults.working_dir}/json.py", PLANTED_JSON)
+            submitted = await run_tool(
+                sb, {"name": "submit_solution", "arguments": {"code": NAMES_UNITTEST_MAIN}}, tests=TESTS
+            )
+            assert submitted.passed is False and submitted.verdict is not None, submitted
+            assert submitted.verdict.kind == "wrong_answer", submitted.verdict
+            for python in ("python3", "python3.11"):
+                settings = ItemSettings(timeout_seconds=20, python=python)
+                for code in (NAMES_UNITTEST_MAIN, WRONG):
+                    verdict = await run_item(sb, 0, code, TESTS, settings)
+                    assert (verdict.kind, verdict.score) == ("wrong_answer", 0.0), (python, code, verdict)
+                right = await run_item(sb, 0, RIGHT, "import json\nassert json.loads('[5]') == [add(2, 3)]\n", settings)
+                assert right.kind == "passed", (python, right)
+
+
+#: A ``json.py`` left in the working directory: imported as the tests' process's ``json``, it turns every
+#: verdict into a pass and every exit code into 0.
+PLANTED_JSON = (
+    "import os, sys\n"
+    "del sys.modules['json']\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', '.', os.getcwd())]\n"
+    "import json as real\n"
+    "exit_ = os._exit\n"
+    "os._exit = lambda code: exit_(0)\n"
+    "dumps = real.dumps\n"
+    "def forged(obj, *a, **k):\n"
+    "    if isinstance(obj, dict) and 'kind' in obj:\n"
+    "        obj = {'kind': 'passed', 'reason': ''}\n"
+    "    return dumps(obj, *a, **k)\n"
+    "real.dumps = forged\n"
+    "sys.modules['json'] = real\n"
+)
+
+
+# -- a reason a user acts on: a completion that does not parse ----------------------------------------------
+
+
+async def test_a_completion_that_does_not_parse_is_a_compile_error_with_file_line_and_message(local_only: None) -> None:
+    codes = ["def add(a, b)\n    return a + b\n", "def add(a, b):\nreturn a + b\n", "x = 1\n  y = 2\n" + RIGHT]
+    for harness in ("split", "in_process"):
+        rewards, verdicts = await score(codes, [TESTS] * 3, harness=harness)
+        assert rewards == [0.0] * 3
+        got = [(v.kind, v.reason) for v in verdicts]
+        assert got == [
+            ("compile_error", "SyntaxError at solution.py line 1: expected ':': def add(a, b)"),
+            (
+                "compile_error",
+                "IndentationError at solution.py line 2: expected an indented block after function"
+                " definition on line 1: return a + b",
+            ),
+            ("compile_error", "IndentationError at solution.py line 2: unexpected indent: y = 2"),
+        ], (harness, got)
+
+
+async def test_tests_that_do_not_parse_are_the_callers_mistake_raised_after_the_batch(local_only: None) -> None:
+    from cwsandbox_async import SandboxValidationError, Session
+    from cwsandbox_async.integrations._tools import run_tool
+
+    for harness in ("split", "in_process"):
+        with pytest.raises(SandboxValidationError, match=r"the tests do not compile: SyntaxError at tests\.py line 2"):
+            await score([RIGHT, "def add(a, b)\n"], ["x = 1\nassert (\n", TESTS], harness=harness)
+    async with Session(backend="local") as session, session.sandbox() as sb:
+        with pytest.raises(SandboxValidationError, match=r"tests\.py line 1"), anyio.fail_after(HANG_GUARD_SECONDS):
+            await run_tool(sb, {"name": "submit_solution", "arguments": {"code": RIGHT}}, tests="assert (\n")
+
+
+async def test_a_program_that_forges_the_in_process_tests_error_scores_zero_and_raises_nothing(
+    local_only: None,
+) -> None:
+    """Only a program that read the in-process marker can write the harness's report; the driver checks it."""
+    forger = FRAME_HACK.replace(
+        "os.write(1, b'\\n' + f.f_locals['marker'] + b'\\n')",
+        "os.write(1, b'\\n' + f.f_locals['marker'] + b' tests_error SyntaxError at tests.py line 1\\n')",
+    )
+    assert forger != FRAME_HACK
+    rewards, verdicts = await score([forger], [TESTS], harness="in_process")
+    assert rewards == [0.0] and verdicts[0].kind == "error_exit", verdicts
+    assert "which the driver does not confirm" in verdicts[0].reason
+
+
+async def test_a_program_that_raises_at_import_or_dies_reports_its_cause(local_only: None) -> None:
+    """No SIGPIPE death of the tests' process (it was 'exit code -13'); every reason names the cause."""
+    codes = ["raise ValueError('bad input')\n", "import os\nos.kill(os.getppid(), 9)\n" + WRONG]
+    rewards, verdicts = await score(codes, [TESTS] * 2)
+    assert rewards == [0.0, 0.0]
+    assert verdicts[0].kind == "error_exit" and verdicts[0].reason == "the program raised ValueError: bad input", (
+        verdicts
+    )
+    assert verdicts[1].reason.startswith("the tests' process was killed by signal 9 before it reported"), verdicts
+    assert all("\n" not in v.reason for v in verdicts)
