@@ -224,8 +224,8 @@ async def test_a_sandbox_locks_at_most_its_own_shared_memory(session: cwa.Sessio
 
 
 #: An honest program's share of each budget: a few timers (one armed and delivered), queued signals
-#: received in order, a pty pair carrying a line, eventfd, timerfd, epoll, inotify, a message queue and a
-#: locked page.
+#: received in order, a pty pair carrying a line, eventfd, timerfd, epoll, inotify, a message queue opened
+#: without attributes carrying a message, and a locked page.
 HONEST = r"""
 import ctypes, mmap, os, select, signal
 libc = ctypes.CDLL(None, use_errno=True)
@@ -260,8 +260,11 @@ ep = select.epoll()
 ep.register(efd, select.EPOLLIN)
 ep.register(tfd, select.EPOLLIN)
 assert libc.inotify_init1(0) >= 0
-mq = libc.mq_open(b"/honest", os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref((ctypes.c_long * 4)(0, 8, 1024, 0)))
+mq = libc.mq_open(b"/honest", os.O_CREAT | os.O_RDWR, 0o600, None)  # the namespace's default queue
 assert mq >= 0, ctypes.get_errno()
+assert libc.mq_send(mq, b"hi", 2, 0) == 0, ctypes.get_errno()
+buf = ctypes.create_string_buffer(8192)
+assert libc.mq_receive(mq, buf, 8192, None) == 2, ctypes.get_errno()
 page = mmap.mmap(-1, 4096)
 buf = ctypes.c_char.from_buffer(page)
 assert libc.mlock(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(4096)) == 0, ctypes.get_errno()

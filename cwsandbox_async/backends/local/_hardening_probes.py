@@ -18,7 +18,8 @@ local backend's ``_doctor`` to add to its section:
   ``sched_setaffinity`` of PID 1, and ``SIGSTOP`` to its own child fail with EPERM, an ``AF_VSOCK``
   socket with EAFNOSUPPORT, ``io_setup`` with ENOSYS, and the sandbox's own inotify bound
   (``agent.harden.USER_LIMITS``), pending-signal and file limits (``agent._birth.SIGPENDING``,
-  ``files_bound``) and pty bound (``agent._birth.PTYS``) are in place.
+  ``files_bound``), pty bound (``agent._birth.PTYS``) and POSIX message queues' default message size
+  (``agent._birth.MQ_MSGSIZE_DEFAULT``) are in place.
 
 A probe never raises for a protection that does not hold (that is a ``FAIL``); an exception escaping
 a sandbox call propagates to the doctor, which reports the probe itself as failed.
@@ -216,6 +217,8 @@ with open("/proc/sys/user/max_inotify_instances") as f:
     out["inotify"] = f.read().strip()
 out["sigpending"] = resource.getrlimit(resource.RLIMIT_SIGPENDING)[1]
 out["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+with open("/proc/sys/fs/mqueue/msgsize_default") as f:
+    out["mq_msgsize"] = int(f.read())
 with open("/proc/self/mountinfo") as f:
     pts = [line.split(" - ")[1].split()[2] for line in f if line.split()[4] == "/dev/pts"]
 out["ptys"] = [o.split("=")[1] for o in ",".join(pts).split(",") if o.startswith("max=")]
@@ -250,6 +253,7 @@ async def _reach(sb: Any) -> Check:
         "sigpending": _birth.SIGPENDING,
         "nofile": _birth.files_bound(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),  # the driver's: inherited
         "ptys": [str(_birth.PTYS)],
+        "mq_msgsize": _birth.MQ_MSGSIZE_DEFAULT,
         "io_setup": "ENOSYS",
     }
     wrong = sorted(f"{k}: {out.get(k)}" for k, v in want.items() if out.get(k) != v)

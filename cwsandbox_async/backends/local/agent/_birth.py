@@ -94,6 +94,11 @@ SIGPENDING = 64
 #: a newborn sends the driver its pidfd), failed with ETOOMANYREFS. Half leaves the driver the other half
 #: (a sandbox stops at most one message, 253 descriptors, past its own limit).
 MIN_FILES = 256
+#: ``fs.mqueue.msgsize_default`` of the sandbox's IPC namespace: the size of a message of a POSIX message
+#: queue opened without attributes (the kernel's 8 KiB made that queue, 10 messages, take 81 KiB, more than
+#: the 64 KiB ``harden.USER_RLIMITS`` gives the sandbox: every such ``mq_open`` failed with EMFILE). With
+#: 4 KiB it takes 41 KiB: one fits.
+MQ_MSGSIZE_DEFAULT = 4096
 #: Ptys of the sandbox's own ``/dev/pts`` (devpts ``max``). Every devpts instance but the host's first
 #: draws from one host-wide pool (``kernel.pty.max`` minus ``kernel.pty.reserve``: 3,072 by default),
 #: so without a bound of its own one sandbox could open them all and leave every neighbour (and every
@@ -299,6 +304,7 @@ def _enter(birth: dict[str, Any]) -> None:
     # sysctl looked up through one proc instance and compares a lookup with every one of them, so on the
     # template's /proc this took 0.5 ms with 100 sandboxes alive and 2.6 ms with 500 (RESULTS §1d).
     harden.bound_sysv_ipc()
+    _rootfs.write_text("/proc/sys/fs/mqueue/msgsize_default", str(MQ_MSGSIZE_DEFAULT))
     uid, gid = int(birth["uid"]), int(birth["gid"])
     if birth.get("setgroups"):
         os.setgroups([])
