@@ -102,6 +102,14 @@ async def test_2_bad_arguments_are_one_line(args: list[str], says: str, hint: st
     assert "usage:" not in r.stderr and r.stdout == ""
 
 
+async def test_2_a_bad_argument_with_json_is_a_json_document_too() -> None:
+    r = await run("exec", "--json", "--timeout", "soon", "--", "true")
+    assert r.code == 2 and json.loads(r.stdout) == {
+        "exit_code": 2,
+        "error": {"type": "ArgumentError", "message": "argument --timeout: not a number of seconds: 'soon'"},
+    }, r
+
+
 async def test_2_kubernetes_without_an_image_destroys_nothing_and_says_one_line() -> None:
     r = await run("--backend", "kubernetes", "--server", f"http://127.0.0.1:{closed_port()}", "exec", "--", "true")
     assert r.code == 2, r

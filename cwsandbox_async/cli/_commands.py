@@ -231,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         return anyio.run(COMMANDS[args.command], args, backend="asyncio")
     except UsageError as exc:
+        if args is None:  # argparse's: --json is honoured for its error too, as for every other
+            words = list(sys.argv[1:] if argv is None else argv)
+            args = argparse.Namespace(json="--json" in words[: words.index("--") if "--" in words else None])
         return _fail(args, exc, EXIT_USAGE)
     except SandboxError as exc:
         assert args is not None  # nothing before the parse raises one
