@@ -210,12 +210,10 @@ class CoreWeaveBackend(Backend):
         log.debug("coreweave sandbox running", sandbox_id=sid, service_id=service_id)
 
     # -- exec ------------------------------------------------------------------
-    def _streamed(self, channel: Channel, request: ExecRequest, on_output: OutputCallback | None) -> bool:
-        """Whether this exec goes over ``StreamExec`` (see ``_exec``; unary ``Exec`` only where it is served)."""
+    def _unary_wanted(self, request: ExecRequest, on_output: OutputCallback | None) -> bool:
+        """Whether this exec would take unary ``Exec`` where the service serves it (see ``_exec``)."""
         rpc = self.options.exec_rpc
-        if rpc == "stream" or not channel.unary_exec:
-            return True
-        return rpc == "auto" and bool(request.stdin or on_output)
+        return rpc == "unary" or (rpc == "auto" and not (request.stdin or on_output))
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
         service_id = await self._usable(sandbox_id)
@@ -245,14 +243,23 @@ class CoreWeaveBackend(Backend):
         argv_for: Callable[[bool], list[str]],
         on_output: OutputCallback | None,
     ) -> tuple[ExecOutcome, bool]:
-        """Run ``request`` on the RPC ``_streamed`` picks (``argv_for(streamed)`` is its argv); whether it
-        streamed. Unary ``Exec`` answered ``UNIMPLEMENTED`` (so nothing ran): the same command once more
-        over ``StreamExec``, and ``StreamExec`` for every later exec on this channel."""
-        if not self._streamed(channel, request, on_output):
-            out = await run_unary(channel, service_id, request, argv_for(False), self.options.exec_slack_seconds)
-            if out.error is None or out.error.failure.code.name != "UNIMPLEMENTED":
+        """Run ``request`` on unary ``Exec`` where it is wanted and the service serves it (or, not known
+        yet, as the channel's one probe: execs meanwhile take ``StreamExec``), else on ``StreamExec``
+        (``argv_for(streamed)`` is the argv); whether it streamed. ``Exec`` answered ``UNIMPLEMENTED``
+        (so nothing ran): the same command once more over ``StreamExec``, and ``StreamExec`` for every
+        later exec on this channel."""
+        if self._unary_wanted(request, on_output) and channel.probe_unary_exec():
+            served: bool | None = None
+            try:
+                out = await run_unary(channel, service_id, request, argv_for(False), self.options.exec_slack_seconds)
+                if out.error is None:
+                    served = True
+                elif out.error.failure.code.name == "UNIMPLEMENTED":
+                    served = False
+            finally:
+                channel.unary_exec_seen(served)  # also when cancelled: the next exec asks again
+            if served is not False:
                 return out, False
-            channel.no_unary_exec()
         return await self._stream_with_retries(channel, service_id, request, argv_for(True), on_output), True
 
     def _argv(self, sandbox_id: str, request: ExecRequest, streamed: bool) -> list[str]:

@@ -13,7 +13,9 @@ Every RPC goes through ``Channel.unary`` or ``Channel.exchange`` (a bidirectiona
   the service itself refused them (``RpcFailure.refused_before_start``);
 - ``calls`` counts every attempt per method, so tests and benchmarks can count API calls;
 - ``unary_exec``: whether the service serves the unary ``Exec`` RPC (no known client calls
-  it); cleared, and logged once, the first time it answers ``UNIMPLEMENTED``.
+  it): ``None`` until it has been seen either way, ``True`` once an ``Exec`` was answered,
+  ``False`` (logged once) once it answered ``UNIMPLEMENTED``. While it is unknown, one exec
+  at a time asks (``probe_unary_exec``); the others of the same burst take ``StreamExec``.
 
 ``open_channel`` builds one; for TLS it reads the root certificates (grpc's bundled
 ``roots.pem``, or ``$GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``) in a worker thread, off the loop.
@@ -146,7 +148,8 @@ class Channel:
         self.endpoint = endpoint
         self.metadata = metadata
         self.calls: Counter[str] = Counter()
-        self.unary_exec = True
+        self.unary_exec: bool | None = None
+        self._probing = False
         self._one_ways: dict[str, Any] = {}
         channel_options = [
             ("grpc.max_send_message_length", options.max_message_bytes),
@@ -165,11 +168,26 @@ class Channel:
         self.stub = stub_class(self._channel)
         self._slots = anyio.Semaphore(options.max_in_flight, fast_acquire=True)  # no loop round trip when free
 
-    def no_unary_exec(self) -> None:
-        """The service answered ``UNIMPLEMENTED`` to ``Exec``: every later exec uses ``StreamExec``."""
-        if self.unary_exec:
+    def probe_unary_exec(self) -> bool:
+        """Whether this exec may call unary ``Exec``: yes once the service was seen to serve it; while that
+        is unknown, for one caller at a time (the probe; it reports with ``unary_exec_seen``), so a first
+        burst of execs asks once, not once each; never once the service answered ``UNIMPLEMENTED``."""
+        if self.unary_exec is not None:
+            return self.unary_exec
+        if self._probing:
+            return False
+        self._probing = True
+        return True
+
+    def unary_exec_seen(self, served: bool | None) -> None:
+        """What an ``Exec`` call showed: served (an answer came), not served (``UNIMPLEMENTED``: every
+        later exec uses ``StreamExec``, logged once), or ``None`` (nothing learned: the next exec asks again)."""
+        self._probing = False
+        if served is False and self.unary_exec is not False:
             self.unary_exec = False
             log.info("coreweave service does not serve unary Exec; using StreamExec", target=self.endpoint.target)
+        elif served and self.unary_exec is None:
+            self.unary_exec = True
 
     def retrying(self, idempotent: bool, what: str) -> AsyncRetrying:
         """The retry policy (see the module docstring) for a call named ``what``."""
