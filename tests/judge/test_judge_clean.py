@@ -19,7 +19,8 @@ from cwsandbox_async.judge._checker import run_checker
 from cwsandbox_async.judge._types import CaseResult
 
 LIMITS = Limits(time_seconds=2.0, memory_mib=128)
-ANY_ORDER = "import sys\ninp, out, ans = (open(p).read().split() for p in sys.argv[1:4])\nsys.exit(sorted(out) != sorted(ans))\n"
+ANY_ORDER = "import sys\ninp, out, ans = (open(p).read().split() for p in sys.argv[1:4])\n"
+ANY_ORDER += "sys.exit(sorted(out) != sorted(ans))\n"
 
 # Leaves files in every writable place, a deep tree, an unwritable directory, and (with a checker)
 # tries to leave a trap where the judge's cache would go; then answers.
