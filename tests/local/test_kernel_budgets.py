@@ -1,11 +1,13 @@
 """Kernel budgets the host charges per user or host-wide: one sandbox cannot take the driver's or a neighbour's.
 
 The kernel charges some things to a user at every level of nested user namespaces, up to the driver's
-uid on the host (pending signals and POSIX timers, POSIX message queue bytes, locked shared memory), and
-others to one host-wide pool (AIO events, the ptys of every devpts instance but the host's first). Each
-test has a sandbox take all it can, counted, stopping a little past the bound (without the bound it
-stops there too: no test ever exhausts a real budget of this host); then the driver and a neighbour
-sandbox take their own, and the counts the kernel publishes are read on the host.
+uid on the host (pending signals and POSIX timers, POSIX message queue bytes, locked shared memory), some
+to a host uid (descriptors in flight in Unix sockets), and others to one host-wide pool (AIO events, the
+ptys of every devpts instance but the host's first). Each test has a sandbox take all it can, counted,
+stopping a little past the bound (without the bound it stops there too: no test ever exhausts a real
+budget of this host); then the driver and a neighbour sandbox take their own, and the counts the kernel
+publishes are read on the host. Every test runs with a host uid per sandbox and with all sandboxes as
+the driver's uid (as a non-root driver's are); an honest program's share of each budget still works.
 """
 
 from __future__ import annotations
