@@ -5,6 +5,7 @@ them, nor aiohttp's websocket code, nor wandb.
 """
 
 from ._errors import (
+    ImagePullError,
     PoolClosedError,
     PoolError,
     PoolTimeoutError,
@@ -48,6 +49,7 @@ __all__ = [
     "ExecResult",
     "GatherStatistics",
     "GroupedOutcomes",
+    "ImagePullError",
     "Lease",
     "MetricsSnapshot",
     "Outcome",

@@ -17,6 +17,7 @@ SandboxError
 ├── SandboxExecutionError         ``check=True`` and the command exited non-zero (``.exec_result``)
 ├── SandboxFileError              read/write failed (``.path``)
 ├── SandboxTransportError         the channel to the sandbox broke (agent died, socket dropped)
+├── ImagePullError                an image could not be pulled or unpacked (``.reference``)
 └── PoolError
     └── PoolClosedError           the pool is closed
 ```
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from ._types import ExecResult
 
 __all__ = [
+    "ImagePullError",
     "PoolClosedError",
     "PoolError",
     "PoolTimeoutError",
@@ -176,6 +178,20 @@ class SandboxFileError(SandboxError):
 
 class SandboxTransportError(SandboxError):
     """The channel to the sandbox broke: the agent died, a socket dropped, a stream ended early."""
+
+
+class ImagePullError(SandboxError):
+    """An image could not be pulled or unpacked.
+
+    The caller's (``infrastructure=False``, the registry's words in the message): an image or tag
+    that does not exist, credentials the registry refuses, no manifest for the platform, a layer
+    the unpacker refuses. The platform's (``True``): a digest that does not match, a registry
+    answering 5xx or not at all. Nothing half-pulled is kept either way.
+    """
+
+    def __init__(self, message: str, *, reference: str | None = None, infrastructure: bool | None = None) -> None:
+        super().__init__(message, infrastructure=infrastructure)
+        self.reference = reference
 
 
 class PoolError(SandboxError):
