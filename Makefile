@@ -39,7 +39,8 @@ demo: $(STAMP)
 # fork of the sandbox's PID 1), which runs wherever the native spawner cannot be built: both paths hold.
 TEST_WORKERS ?= 2
 PROTECTION_TESTS := tests/local/test_hardening.py tests/local/test_isolation.py tests/local/test_limits.py \
-	tests/local/test_verdict_facts.py tests/local/test_local_contract.py tests/local/test_signals.py tests/adversarial
+	tests/local/test_verdict_facts.py tests/local/test_local_contract.py tests/local/test_signals.py \
+	tests/local/test_kernel_budgets.py tests/local/test_cpu_priority.py tests/adversarial
 test: $(DEV_STAMP)
 	$(PY) -m pytest -m "(fast or e2e or slow) and not cluster" -n $(TEST_WORKERS) --durations=10
 	@echo "==> the protection tests again on the pure-Python exec path (CWSANDBOX_LOCAL_SPAWNER=python)"
