@@ -27,8 +27,14 @@ Every sandbox gets a group in each usable controller, whatever its limits:
   with children cannot hold processes: ``S/agent`` and ``S/cmd``, memory and cpu enabled in ``S``'s
   subtree.
 
-A newborn joins its groups itself (``agent_dirs``, through file descriptors the driver opened), and
-the agent moves each command into ``command_dirs``; /sys is read-only inside the sandbox. Where no
+A newborn joins its groups itself (through file descriptors the driver opened), and the agent moves
+each command into ``command_dirs``; /sys is read-only inside the sandbox. The newborn enters its
+cgroup namespace from the sandbox's top groups (``ns_root_dirs``: ``S`` in every v1 hierarchy) and
+only then joins the agent's own cpu group ``S/agent`` (``open_fds``' ``join_inside``): the namespace
+is rooted at ``S``, so inside, the agent's groups read ``/`` or ``/agent`` and the commands' ``/`` or
+``/cmd`` -- never a path above the root (``/../cmd`` would tell a program about the host's layout).
+On v2 a group with enabled controllers holds no process, so ``S`` cannot be joined: there the
+namespace is rooted at ``S/agent`` and the commands' group reads ``/../cmd`` (a known limit). Where no
 controller is writable, ``CgroupManager.available`` is empty and the backend falls back to rlimits.
 All calls are synchronous: the backend runs them in a worker thread.
 """
@@ -151,6 +157,9 @@ class SandboxCgroup:
     paths: list[str]
     #: Where the sandbox's first process (the agent) lives.
     agent_dirs: list[str] = field(default_factory=list)
+    #: Where the newborn is when it enters its cgroup namespace (the namespace's roots, ancestors of
+    #: ``agent_dirs`` and ``command_dirs``); empty: ``agent_dirs`` themselves.
+    ns_root_dirs: list[str] = field(default_factory=list)
     #: Where the agent puts each command (the memory limit is here).
     command_dirs: list[str] = field(default_factory=list)
     #: The commands' OOM counters: v2 ``memory.events``, v1 ``memory.oom_control``.
@@ -176,13 +185,18 @@ class SandboxCgroup:
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def open_fds(self) -> dict[str, list[int]]:
-        """Fds for the newborn, by name: ``join`` (write-only ``join_file`` of the agent's groups),
+        """Fds for the newborn, by name: ``join`` (write-only ``join_file`` of the groups it joins
+        before it enters its cgroup namespace: ``ns_root_dirs``, else ``agent_dirs``), ``join_inside``
+        (the same for the agent's groups below those roots, joined from inside the namespace),
         ``cmd_procs`` (the same for the commands' groups), ``cmd_events`` (the commands' OOM counters)
         and ``sandbox_cpu`` (the sandbox's CPU time), read-only; empty lists where there are none.
         All CLOEXEC; the caller closes them. ``OSError`` on failure (nothing left open)."""
-        out: dict[str, list[int]] = {"join": [], "cmd_procs": [], "cmd_events": [], "sandbox_cpu": []}
+        names = ("join", "join_inside", "cmd_procs", "cmd_events", "sandbox_cpu")
+        out: dict[str, list[int]] = {name: [] for name in names}
+        roots = self.ns_root_dirs or self.agent_dirs
         wanted = [
-            *(("join", os.path.join(p, self.join_file), os.O_WRONLY) for p in self.agent_dirs),
+            *(("join", os.path.join(p, self.join_file), os.O_WRONLY) for p in roots),
+            *(("join_inside", os.path.join(p, self.join_file), os.O_WRONLY) for p in self.agent_dirs if p not in roots),
             *(("cmd_procs", os.path.join(p, self.join_file), os.O_WRONLY) for p in self.command_dirs),
             *((("cmd_events", self.events, os.O_RDONLY),) if self.events else ()),
             *((("sandbox_cpu", self.cpu_usage, os.O_RDONLY),) if self.cpu_usage else ()),
@@ -354,6 +368,7 @@ class CgroupManager:
             # The agent and the commands as siblings (see the module docstring); where the cpu
             # hierarchy is shared with memory, ``S/cmd`` is the memory child already made above.
             agent = self._mkdir(cg, os.path.join(top, AGENT_CHILD))
+            cg.ns_root_dirs = list(cg.agent_dirs)  # every top group ``S``: the cgroup namespace's roots
             cg.agent_dirs[cg.agent_dirs.index(top)] = agent
             self._set(agent, "cpu.shares", _shares(AGENT_CPU_WEIGHT))
             cmd = os.path.join(top, COMMAND_CHILD)

@@ -6,7 +6,8 @@ Each probe starts from what a sandbox can see or do, or from what the host sees 
   on the host is the template), so it paid no interpreter start;
 - **own host uid** (driver as root): two sandboxes run as two different unprivileged host uids;
 - **own cgroups**: the host's ``/proc/<pid>/cgroup`` of the sandbox names its own cpu (always),
-  pids and memory groups, and inside the cgroup namespace shows ``/``;
+  pids and memory groups, and inside the cgroup namespace a command's and the agent's groups are
+  ``/`` or below it (none above the namespace's root, which would show the host's layout);
 - **agent outside the memory limit**: a command that allocates past ``memory_mib`` is killed and
   the next exec in the same sandbox still runs;
 - **no nested user namespaces**: ``unshare(CLONE_NEWUSER)`` fails inside.
@@ -81,13 +82,16 @@ async def birth_probes(p: Any, backend: Any) -> None:
         box = boxes[sb.sandbox_id]
         lines = _host(f"/proc/{box.pid}/cgroup").splitlines()
         own = {c for line in lines for c in line.split(":")[1].split(",") if sb.sandbox_id in line.split(":")[-1]}
-        inside = await sb.exec("cat /proc/self/cgroup")
-        hidden = all(line.endswith(":/") or line.split(":")[-1].startswith("/cmd") for line in inside.stdout.split())
+        inside = await sb.exec("cat /proc/self/cgroup /proc/1/cgroup")  # a command's and the agent's
         if not backend._cgroups.available:
             return SKIP, "no writable cgroup controller here (limits are rlimits)"
+        # Inside the cgroup namespace every group of the sandbox is its root or below it: a path that
+        # climbs above the root ("/../cmd") shows the host's layout.
+        above = sorted({x for x in inside.stdout.split() if x.split(":", 2)[-1].startswith("/..")})
         wanted = set(backend._cgroups.available) - {"memory"}  # the agent's memory group is the sandbox's too
-        ok = wanted <= own and hidden
-        return (OK if ok else FAIL), f"own groups: {', '.join(sorted(own)) or 'none'}; inside, paths are relative"
+        ok = wanted <= own and inside.returncode == 0 and not above
+        seen = f"above the namespace root: {', '.join(above)}" if above else "inside, every group is / or below it"
+        return (OK if ok else FAIL), f"own groups: {', '.join(sorted(own)) or 'none'}; {seen}"
 
     await p.check("own cgroups (cpu always)", "the host's /proc/<pid>/cgroup of the sandbox; inside", cgroups)
 

@@ -113,13 +113,14 @@ class BornRunner(AgentRunner):
             raise SandboxCreationError(f"sandbox {sid}: cannot prepare its cgroups: {exc}", sandbox_id=sid) from exc
         fds: list[int] = []
         index: dict[str, list[int]] = {}
-        for name in ("join", "cmd_procs", "cmd_events", "sandbox_cpu"):
+        for name in ("join", "join_inside", "cmd_procs", "cmd_events", "sandbox_cpu"):
             index[name] = list(range(len(fds), len(fds) + len(named.get(name, []))))
             fds += named.get(name, [])
         # After the cgroups exist: the rlimits cover what they do not.
         rlimits, enforced = m.rlimits(spec, self.cgroup, self.host_uid, tmpfs=True)
         second = {
             "join": index["join"],
+            "join_inside": index["join_inside"],
             "fds": {
                 "cmd_procs": index["cmd_procs"],
                 "cmd_events": index["cmd_events"][0] if index["cmd_events"] else None,

@@ -321,14 +321,18 @@ def _enter(birth: dict[str, Any]) -> None:
 
 
 def _join(config: dict[str, Any], fds: list[int]) -> None:
-    """N: join the sandbox's cgroups (fds the driver opened), then a cgroup namespace rooted there.
+    """N: join the sandbox's top cgroups (fds the driver opened), enter a cgroup namespace rooted
+    there, then join the agent's groups below them (``join_inside``: v1's ``S/agent`` of cpu).
 
-    Before N starts anything, so everything it starts is born inside; the cgroup namespace last, so
-    inside the sandbox its own groups are ``/``."""
+    Before N starts anything, so everything it starts is born inside; rooted at the sandbox's top
+    groups, so inside the sandbox the agent's and the commands' groups are ``/`` or under it."""
     for index in config.get("join") or ():
         os.write(fds[index], b"0")  # "0" is this process
         os.close(fds[index])
     _rootfs.unshare(_rootfs.CLONE_NEWCGROUP)
+    for index in config.get("join_inside") or ():
+        os.write(fds[index], b"0")
+        os.close(fds[index])
 
 
 def _settle(birth: dict[str, Any]) -> None:
