@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -26,6 +26,9 @@ from .._errors import (
 )
 from .._types import ExecResult, Resources, SandboxDefaults
 from .._validate import validate_path, validate_sweep
+
+if TYPE_CHECKING:
+    from .._sandbox import Sandbox
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -155,7 +158,7 @@ async def cmd_exec(args: argparse.Namespace) -> int:
 _CD = 'cd -- "$1"'
 
 
-async def _check_directory(sb: Any, cwd: str) -> None:
+async def _check_directory(sb: Sandbox, cwd: str) -> None:
     """``UsageError`` (exit 2) unless ``cwd`` is a directory in the sandbox: a command is never started
     elsewhere, and backends disagree on the code of a start in a missing directory (126 locally, 127 in
     a pod)."""
@@ -214,7 +217,7 @@ def exit_code(exc: SandboxError, command: str) -> int:
     """The exit code of a command that failed with ``exc`` (see ``EXIT_CODES``)."""
     if isinstance(exc, SandboxValidationError):
         return EXIT_USAGE
-    if isinstance(exc, SandboxBackendUnavailableError):  # for exec too: its sandbox was never made
+    if isinstance(exc, SandboxBackendUnavailableError):  # exec's too: unusable or unreachable, whenever
         return EXIT_UNAVAILABLE
     return EXIT_EXEC_ERROR if command == "exec" else EXIT_SANDBOX
 
