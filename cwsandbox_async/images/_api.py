@@ -162,11 +162,13 @@ async def _collect(cache: Cache, max_bytes: int, keep: str | None) -> PruneResul
 
 
 def _held(cache: Cache, record: ImageRecord) -> bool:
+    """Whether someone holds the image (all its layers are held: a layer it only shares with a
+    held image stays anyway, by the sweep)."""
     for diff_id in record.diff_ids:
         with try_locked(cache.layer_lock(diff_id)) as free:
-            if not free:
-                return True
-    return False
+            if free:
+                return False
+    return bool(record.diff_ids)
 
 
 def _usage(cache: Cache) -> int:

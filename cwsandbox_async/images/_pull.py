@@ -9,6 +9,7 @@ renames it into place; the others wait, then find it there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -54,6 +55,13 @@ def image_from_record(cache: Cache, record: ImageRecord) -> Image:
         layers=tuple(cache.layer_path(d) for d in record.diff_ids),
         size_bytes=record.size_bytes,
     )
+
+
+def _leaves(group: BaseExceptionGroup[ImagePullError]) -> list[ImagePullError]:
+    found: list[ImagePullError] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 @dataclass
@@ -123,8 +131,6 @@ class Puller:
             )
         manifest = parse_manifest(body)
         if digest is None:
-            import hashlib
-
             digest = "sha256:" + hashlib.sha256(body).hexdigest()
         await self._blob(endpoint, manifest.config, None)
         config = parse_config(self._cache.blob_path(manifest.config.digest).read_bytes())
@@ -141,9 +147,18 @@ class Puller:
             download_total=sum(d.size for d, _ in missing), ready=len(pairs) - len(missing), total=len(pairs)
         )
         limiter = anyio.CapacityLimiter(max(1, self._options.max_concurrent_downloads))
-        async with anyio.create_task_group() as tg:
-            for descriptor, diff_id in missing:
-                tg.start_soon(self._layer, endpoint, descriptor, diff_id, limiter)
+        try:
+            async with anyio.create_task_group() as tg:
+                for descriptor, diff_id in missing:
+                    tg.start_soon(self._layer, endpoint, descriptor, diff_id, limiter)
+        except BaseExceptionGroup as group:
+            # The first layer's failure ends the pull (the others were cancelled): raise it as
+            # itself, unless something else (a bug) is in the group too.
+            errors, rest = group.split(ImagePullError)
+            if errors is None or rest is not None:
+                raise
+            first = _leaves(errors)[0]
+            raise first from first.__cause__
         self._cache.write_atomic(self._cache.blob_path(digest), body)
         size = sum(self._cache.layer_size(i) for i in config.diff_ids)
         record = ImageRecord(

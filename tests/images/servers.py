@@ -191,8 +191,9 @@ class _TokenHandler(http.server.BaseHTTPRequestHandler):
 
 class FaultProxy(_Server):
     """Forwards GETs to ``upstream``; ``fail_next(n, part)`` answers 503 to the next n requests
-    whose path contains ``part``; ``corrupt`` flips a byte of every blob body. ``requests``
-    lists the paths forwarded (failures included, marked)."""
+    whose path contains ``part``; ``corrupt`` flips a byte of every blob body;
+    ``blobs_wait_for_manifests = n`` serves no blob before n manifest requests came (so n pullers
+    are surely in flight together). ``requests`` lists the paths (failures marked ``503``)."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -200,6 +201,8 @@ class FaultProxy(_Server):
         self.failures: list[tuple[str, int]] = []
         self.retry_after: str | None = "0"
         self.corrupt = False
+        self.blobs_wait_for_manifests = 0
+        self.manifests_seen = threading.Condition()
         self.lock = threading.Lock()
         super().__init__(_ProxyHandler)
 
@@ -234,7 +237,15 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
-        owner.requests.append(self.path)
+        with owner.manifests_seen:
+            owner.requests.append(self.path)
+            owner.manifests_seen.notify_all()
+            if "/blobs/" in self.path and owner.blobs_wait_for_manifests:
+                # every puller is in flight before any blob is served (a barrier, with a hang guard)
+                owner.manifests_seen.wait_for(
+                    lambda: sum("/manifests/" in r for r in owner.requests) >= owner.blobs_wait_for_manifests,
+                    timeout=60,
+                )
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("accept", "authorization")}
         request = urllib.request.Request(f"http://{owner.upstream}{self.path}", headers=headers)
         try:

@@ -1,0 +1,163 @@
+"""Unpacking layers: what is kept, and what a hostile layer is refused (nothing written outside)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cwsandbox_async import ImagePullError
+from cwsandbox_async.images import OPAQUE_XATTR, ImageOptions, pull
+from cwsandbox_async.images._unpack import UnpackLimits, unpack_layer
+from images.build import MTIME, Entry, compress, make_image, sha256, tar_bytes
+from images.push import Pusher
+from images.servers import Registry
+
+LIMITS = UnpackLimits(max_bytes=1 << 20, max_entries=1000)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory next to the layer's root that a hostile layer aims at."""
+    path = tmp_path / "outside"
+    path.mkdir()
+    (path / "victim").write_text("untouched")
+    return path
+
+
+def _unpack(tmp_path: Path, entries: list[Entry], how: str = "gzip", limits: UnpackLimits = LIMITS) -> Path:
+    blob = tmp_path / "blob"
+    raw = tar_bytes(entries)
+    blob.write_bytes(compress(raw, how))
+    root = tmp_path / "root"
+    root.mkdir()
+    result = unpack_layer(blob, root, limits, sha256(raw))
+    assert result.diff_id == sha256(raw)
+    return root
+
+
+def test_kept_modes_links_mtimes_xattrs_whiteouts(tmp_path: Path) -> None:
+    root = _unpack(
+        tmp_path,
+        [
+            Entry("dir", "dir", mode=0o750),
+            Entry("dir/exe", data=b"#!", mode=0o755, uid=1000, gid=1000, xattrs={"user.note": "kept"}),
+            Entry("dir/suid", data=b"x", mode=0o4755),
+            Entry("dir/hard", "hardlink", link="dir/exe"),
+            Entry("dir/sym", "symlink", link="/etc/passwd"),
+            Entry("dir/fifo", "fifo", mode=0o600),
+            Entry("dir/.wh.gone"),
+            Entry("opaque", "dir"),
+            Entry("opaque/.wh..wh..opq"),
+            Entry("forged", data=b"f", xattrs={"user.overlay.opaque": "y", "trusted.x": "1"}),
+            Entry("dev/null", "chardev"),
+        ],
+        how="zstd",
+    )
+    assert (root / "dir").stat().st_mode & 0o7777 == 0o750
+    assert (root / "dir" / "exe").stat().st_mode & 0o7777 == 0o755
+    assert (root / "dir" / "suid").stat().st_mode & 0o7777 == 0o755, "set-uid is dropped in single-uid mode"
+    assert (root / "dir" / "exe").stat().st_mtime == MTIME
+    assert (root / "dir" / "hard").stat().st_ino == (root / "dir" / "exe").stat().st_ino
+    assert os.readlink(root / "dir" / "sym") == "/etc/passwd"
+    assert stat.S_ISFIFO((root / "dir" / "fifo").lstat().st_mode)
+    whiteout = (root / "dir" / "gone").lstat()
+    assert stat.S_ISCHR(whiteout.st_mode) and whiteout.st_rdev == os.makedev(0, 0)
+    assert os.getxattr(root / "opaque", OPAQUE_XATTR) == b"y"
+    assert os.getxattr(root / "dir" / "exe", "user.note") == b"kept"
+    assert os.listxattr(root / "forged") == [], "a layer cannot forge overlay xattrs"
+    assert not (root / "dev" / "null").exists(), "device nodes are skipped"
+    assert (root / "dir" / "exe").stat().st_uid == os.geteuid(), "single-uid mode: the unpacker's uid"
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [Entry("../outside/victim", data=b"owned")],
+        [Entry("/abs", data=b"owned")],
+        [Entry("a/../../outside/victim", data=b"owned")],
+        [Entry("link", "symlink", link="../outside"), Entry("link/victim", data=b"owned")],
+        [Entry("link", "symlink", link="/"), Entry("link/tmp/owned", data=b"owned")],
+        [Entry("d", "dir"), Entry("d/up", "symlink", link="../.."), Entry("d/up/outside/victim", data=b"owned")],
+        [Entry("hard", "hardlink", link="../outside/victim")],
+        [Entry("hard", "hardlink", link="/etc/passwd")],
+        [Entry("link", "symlink", link="../outside/victim"), Entry("hard", "hardlink", link="missing")],
+        [Entry("link", "symlink", link="../outside"), Entry("link/.wh.victim")],
+        [Entry("link", "symlink", link="../outside"), Entry("link/.wh..wh..opq")],
+    ],
+    ids=[
+        "dotdot",
+        "absolute",
+        "dotdot-inside",
+        "write-through-symlink",
+        "symlink-to-root",
+        "symlink-up",
+        "hardlink-outside",
+        "hardlink-absolute",
+        "hardlink-missing",
+        "whiteout-through-symlink",
+        "opaque-through-symlink",
+    ],
+)
+def test_hostile_layer_is_refused(tmp_path: Path, outside: Path, entries: list[Entry]) -> None:
+    with pytest.raises(ImagePullError) as info:
+        _unpack(tmp_path, entries)
+    assert info.value.infrastructure is False
+    assert "layer refused" in str(info.value)
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (outside / "victim").read_text() == "untouched"
+
+
+def test_expansion_past_the_bound_is_refused(tmp_path: Path) -> None:
+    bomb = [Entry("zeros", data=b"\0" * (8 << 20))]
+    blob = gzip.compress(tar_bytes(bomb))
+    assert len(blob) < 64 << 10
+    with pytest.raises(ImagePullError, match=r"expands past|pass"):
+        _unpack(tmp_path, bomb)
+
+
+def test_entries_past_the_bound_are_refused(tmp_path: Path) -> None:
+    many = [Entry(f"f{i}") for i in range(50)]
+    with pytest.raises(ImagePullError, match="more than 20 entries"):
+        _unpack(tmp_path, many, limits=UnpackLimits(1 << 20, 20))
+
+
+def test_wrong_diff_id_is_refused(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(compress(tar_bytes([Entry("f", data=b"x")]), "gzip"))
+    (tmp_path / "root").mkdir()
+    with pytest.raises(ImagePullError, match="not the sha256:"):
+        unpack_layer(blob, tmp_path / "root", LIMITS, "sha256:" + "1" * 64)
+
+
+def test_corrupt_archive_is_the_images(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"\x1f\x8b" + b"garbage" * 100)
+    (tmp_path / "root").mkdir()
+    with pytest.raises(ImagePullError) as info:
+        unpack_layer(blob, tmp_path / "root", LIMITS)
+    assert info.value.infrastructure is False
+
+
+def _exists(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+async def test_hostile_image_through_the_registry_leaves_nothing(
+    registry: Registry, options: ImageOptions, tmp_path: Path
+) -> None:
+    good = [Entry("fine", data=b"fine")]
+    evil = [Entry("escape", "symlink", link="/tmp"), Entry("escape/pwned", data=b"x")]
+    spec = make_image([good, evil])
+    Pusher(registry.host).image("test/hostile", "v1", spec)
+    with pytest.raises(ImagePullError) as info:
+        await pull(f"{registry.host}/test/hostile:v1", options)
+    assert info.value.infrastructure is False
+    assert not _exists("/tmp/pwned")
+    assert list((options.cache_dir / "images").iterdir()) == []
+    assert list((options.cache_dir / "tmp").iterdir()) == []
+    evil_layer = options.cache_dir / "layers" / "sha256" / spec.diff_ids[1].split(":")[1]
+    assert not evil_layer.exists()
