@@ -62,6 +62,7 @@ import abc
 import builtins
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
+from typing import ClassVar
 
 from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
 from .._validate import validate_sweep
@@ -78,6 +79,10 @@ class Backend(abc.ABC):
 
     #: Short name used in logs, metrics and ``SandboxInfo.backend``.
     name: str = "backend"
+    #: Whether the backend uses asyncio's own APIs (loop callbacks, aiohttp, grpc.aio). ``Session`` refuses
+    #: one that does when it is not opened on asyncio (``anyio.run(..., backend="trio")``); a backend written
+    #: with anyio alone sets it False.
+    asyncio_only: ClassVar[bool] = True
 
     @property
     def isolation(self) -> str:

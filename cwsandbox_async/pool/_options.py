@@ -60,10 +60,12 @@ class PoolOptions:
     adaptive cap that grows while create latency stays within
     ``create_latency_tolerance`` (3.0) times its baseline (the typical latency at low concurrency) and shrinks when
     it rises above or a create fails); ``create_rate``/``create_burst`` an optional rate
-    limit on create attempts (off by default); ``create_attempts`` (3) tries per sandbox,
-    with exponential back-off from ``create_backoff_seconds`` (0.5 s) up to
-    ``create_backoff_max_seconds`` (10 s); after ``max_consecutive_failures`` (5) failed
-    attempts in a row, leases fail fast with ``SandboxCreationError``.
+    limit on create attempts (off by default); ``create_attempts`` (3) tries per sandbox for
+    the platform's failures (``infrastructure=True``), with exponential back-off from
+    ``create_backoff_seconds`` (0.5 s) up to ``create_backoff_max_seconds`` (10 s); after
+    ``max_consecutive_failures`` (5) of them in a row, leases fail fast with
+    ``SandboxCreationError``. A caller's mistake (``infrastructure=False``) is not retried:
+    leases fail at once with that error itself.
 
     Leases: ``lease_timeout_seconds`` (30 s) to wait for a sandbox; ``hold_timeout_seconds``
     (None: unbounded) for the block; ``lifetime_margin_seconds`` (60 s) how long past the

@@ -122,6 +122,7 @@ class FakeBackend(Backend):
     """An in-memory backend with seeded latency and faults. Several instances may share ``world``."""
 
     name = "fake"
+    asyncio_only = False  # anyio only: it runs under trio too
 
     def __init__(
         self,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import structlog
 
 import cwsandbox_async as cwa
 from cwsandbox_async import SandboxStatus, SandboxTerminatedError, SandboxValidationError
@@ -98,20 +97,6 @@ async def test_a_pool_with_a_hold_timeout_sets_the_lifetime_at_create(
     creates = cw_server.service.calls("CreateSandbox")
     assert creates and {c.sandbox.spec.max_lifetime_seconds for c in creates} == {150}
     assert cw_server.service.live() == []
-
-
-async def test_unenforced_limits_are_warned_once(cw_server: CoreWeaveTestServer, make_backend: BackendFactory) -> None:
-    backend = make_backend()
-    with structlog.testing.capture_logs() as logs:
-        for _ in range(2):
-            spec = make_spec("limits")  # the default Resources: pids=256, tmp_mib=256
-            await backend.create(spec)
-            await backend.destroy(spec.sandbox_id)
-    warned = [e for e in logs if e["log_level"] == "warning"]
-    assert [e["event"] for e in warned] == [
-        "coreweave does not enforce Resources.pids or Resources.tmp_mib (set them to None to silence this)"
-    ]
-    assert (warned[0]["pids"], warned[0]["tmp_mib"]) == (256, 256)
 
 
 async def test_scope_tags_mark_every_sandbox_and_scope_list_and_sweep(
