@@ -154,20 +154,21 @@ class RegistryClient:
                 async with self._get(endpoint, reference, url, {}, timeout) as response:
                     with open(tmp, "wb") as out:  # noqa: ASYNC230 - page-cache writes of 64 KiB chunks
                         async for chunk in response.content.iter_chunked(_CHUNK):
+                            if max_bytes is not None and written + len(chunk) > max_bytes:
+                                return "(a body longer than the manifest says)"
                             written += len(chunk)
-                            if max_bytes is not None and written > max_bytes:
-                                break
                             hasher.update(chunk)
                             out.write(chunk)
                             if on_bytes is not None:
                                 on_bytes(len(chunk))
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except BaseException as exc:
                 tmp.unlink(missing_ok=True)
-                raise Retryable(f"{url}: {type(exc).__name__}: {exc}") from exc
-            except BaseException:
-                tmp.unlink(missing_ok=True)
+                if on_bytes is not None and written:
+                    on_bytes(-written)  # the progress of a retry starts over
+                if isinstance(exc, aiohttp.ClientError | TimeoutError):
+                    raise Retryable(f"{url}: {type(exc).__name__}: {exc}") from exc
                 raise
-            return "sha256:" + hasher.hexdigest() if max_bytes is None or written <= max_bytes else "(longer)"
+            return "sha256:" + hasher.hexdigest()
 
         got = await with_retries(self._options, f"GET {url}", attempt)
         if got != digest:

@@ -203,12 +203,34 @@ class FaultProxy(_Server):
         self.corrupt = False
         self.blobs_wait_for_manifests = 0
         self.manifests_seen = threading.Condition()
+        self.stalls: list[tuple[str, int]] = []
+        self.stopping = threading.Event()
         self.lock = threading.Lock()
         super().__init__(_ProxyHandler)
 
     def fail_next(self, n: int, part: str) -> None:
         with self.lock:
             self.failures.append((part, n))
+
+    def stall_next(self, n: int, part: str) -> None:
+        """The next n requests whose path contains ``part`` get no answer until the proxy stops."""
+        with self.lock:
+            self.stalls.append((part, n))
+
+    def _should_stall(self, path: str) -> bool:
+        with self.lock:
+            for i, (part, n) in enumerate(self.stalls):
+                if part in path and n > 0:
+                    self.stalls[i] = (part, n - 1)
+                    return True
+        return False
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.manifests_seen:
+            self.blobs_wait_for_manifests = 0
+            self.manifests_seen.notify_all()
+        super().stop()
 
     def _should_fail(self, path: str) -> bool:
         with self.lock:
@@ -236,6 +258,10 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            return
+        if owner._should_stall(self.path):
+            owner.requests.append(f"stalled {self.path}")
+            owner.stopping.wait(timeout=120)
             return
         with owner.manifests_seen:
             owner.requests.append(self.path)

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import time
 
-from cwsandbox_async.images import ImageOptions, hold, list_images, prune, pull, remove
+from cwsandbox_async.images import ImageOptions, acquire, hold, list_images, prune, pull, remove
 from images.build import Entry, make_image
 from images.push import Pusher
 from images.servers import Registry
@@ -58,7 +58,7 @@ async def test_held_image_survives_prune_and_remove(registry: Registry, options:
     one, two, _three = _push_three(registry)
     first = await pull(one, options)
     await pull(two, options)
-    async with hold(first, options):
+    async with await hold(first, options):
         result = await prune(0, options)
         assert result.removed == (two,)
         assert await remove(one, options) is True
@@ -75,3 +75,17 @@ async def test_size_cap_collects_after_each_pull(registry: Registry, options: Im
     last = await pull(three, capped)
     assert [c.reference for c in list_images(options)] == [three], "only the image just pulled is kept"
     assert all(layer.is_dir() for layer in last.layers)
+
+
+async def test_acquire_holds_from_the_pull_on(registry: Registry, options: ImageOptions) -> None:
+    one, _two, _three = _push_three(registry)
+    lease = await acquire(one, options)
+    try:
+        assert (await prune(0, options)).removed == ()
+        assert all(layer.is_dir() for layer in lease.image.layers)
+    finally:
+        lease.release()
+    lease.release()  # idempotent
+    assert lease.released
+    assert (await prune(0, options)).removed == (one,)
+    assert not any(layer.exists() for layer in lease.image.layers)

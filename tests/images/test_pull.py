@@ -181,3 +181,24 @@ async def test_mirror_serves_docker_hub_names(registry: Registry, images: Images
     assert image.digest == images.busybox.digest
     record = json.loads(next((tmp_path / "c" / "images").iterdir()).read_text())
     assert record["reference"] == "docker.io/library/busybox:1.36"
+
+
+async def test_a_stalled_request_meets_its_deadline_and_is_retried(
+    proxy: FaultProxy, images: Images, options: ImageOptions
+) -> None:
+    proxy.stall_next(1, "/manifests/")
+    proxy.stall_next(1, "/blobs/")
+    opts = dataclasses.replace(options, request_timeout_seconds=2.0)
+    image = await pull(f"{proxy.host}/test/busybox:latest", opts)
+    assert image.digest == images.busybox.digest
+    assert len([r for r in proxy.requests if r.startswith("stalled")]) == 2
+
+
+async def test_the_pull_deadline_ends_a_pull_and_nothing_is_kept(proxy: FaultProxy, options: ImageOptions) -> None:
+    proxy.blobs_wait_for_manifests = 1000  # no blob is ever served
+    opts = dataclasses.replace(options, pull_timeout_seconds=1.0)
+    with pytest.raises(ImagePullError) as info:
+        await pull(f"{proxy.host}/test/layered:v1", opts)
+    assert info.value.infrastructure is True
+    assert "did not finish within" in str(info.value)
+    _nothing_kept(options.cache_dir)
