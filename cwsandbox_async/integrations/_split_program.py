@@ -53,7 +53,7 @@ _SAFE = (
     "abc array base64 binascii bisect calendar cmath collections collections.abc copy dataclasses datetime "
     "decimal enum fractions functools hashlib heapq io itertools json keyword math numbers operator os "
     "os.path posixpath pprint queue random re statistics string struct sys textwrap time types typing "
-    "unicodedata zlib"
+    "unicodedata zlib contextlib csv difflib fnmatch graphlib html ipaddress secrets shlex urllib.parse weakref"
 )
 SAFE_MODULES = frozenset(_SAFE.split())
 
@@ -61,23 +61,37 @@ SAFE_MODULES = frozenset(_SAFE.split())
 def _cwsandbox_codec() -> tuple[Callable[..., list[Any]], Callable[..., Any]]:
     """``(encode, decode)``: a value to a flat JSON-able node list and back, with loops only.
 
-    ``encode(value, other)``: ``other(obj)`` gives the node of a non-data object (a handle) or
-    raises ``TypeError``. ``decode(nodes, handle)``: ``handle(tag, ident)`` gives the object of a
-    handle node. ``decode`` raises ``ValueError`` for anything malformed, in time linear in its size.
+    The wire form: a list of nodes, the value's own first. A node is a literal (``None``, a bool,
+    an int under 2**53, a str) or a tagged list; a container's items are literals or ``[k]``, a
+    reference to node ``k``. So nothing is nested deeper than three levels, whatever the value.
+    ``encode(value, other, limit)``: ``other(obj)`` gives the node of a non-data object (a handle)
+    or raises ``TypeError``; ``limit`` (0: none): ``OverflowError`` past about that many nodes (a
+    node per 8 characters of a leaf). ``decode(nodes, handle)``: ``handle(tag, ident)`` gives the
+    object of a handle node; raises ``ValueError`` for anything malformed, in time linear in its size.
     """
     import math
     import struct
 
     nan, safe, double = math.nan, 1 << 53, struct.Struct(">d")
+    plain, literal = (type(None), bool, str), (bool, int, str)
     leaf_tags, built_tags = ("i", "f", "n", "b", "y", "c", "H", "K"), ("t", "z")
 
     def bits(x: float) -> str:
         return double.pack(x).hex()
 
-    def node(v: Any, ref: Callable[[object], int], other: Callable[[object], list[Any]]) -> Any:
+    def node(v: Any, item: Callable[[object], object], other: Callable[[object], list[Any]]) -> Any:
         t = type(v)
-        if v is None or t is bool or t is str:
+        if t in plain:
             return v
+        if t is list or t is tuple:  # the common exact types first: iterating them runs no program code
+            return ["l" if t is list else "t", *[item(x) for x in v]]
+        if t is float:
+            return ["n"] if v is nan else ["f", bits(v)]
+        if t is dict:
+            out: list[object] = ["d"]
+            for k, x in v.items():
+                out += (item(k), item(x))
+            return out
         if issubclass(t, int):
             n = int.__index__(v)
             return n if -safe < n < safe else ["i", int.__format__(n, "x")]
@@ -90,93 +104,118 @@ def _cwsandbox_codec() -> tuple[Callable[..., list[Any]], Callable[..., Any]]:
         if issubclass(t, complex):
             return ["c", bits(complex.real.__get__(v)), bits(complex.imag.__get__(v))]
         if issubclass(t, list):
-            return ["l", *[ref(x) for x in list.__iter__(v)]]
+            return ["l", *[item(x) for x in list.__iter__(v)]]
         if issubclass(t, tuple):
-            return ["t", *[ref(x) for x in tuple.__iter__(v)]]
+            return ["t", *[item(x) for x in tuple.__iter__(v)]]
         if issubclass(t, dict):
-            out: list[object] = ["d"]
-            for k, x in dict.items(v):
-                out += (ref(k), ref(x))
-            return out
+            return node(dict(dict.items(v)), item, other)
         if issubclass(t, frozenset):
-            return ["z", *[ref(x) for x in frozenset.__iter__(v)]]
+            return ["z", *[item(x) for x in frozenset.__iter__(v)]]
         if issubclass(t, set):
-            return ["s", *[ref(x) for x in set.__iter__(v)]]
+            return ["s", *[item(x) for x in set.__iter__(v)]]
         return other(v)
 
-    def encode(value: object, other: Callable[[object], list[Any]]) -> list[Any]:
-        nodes: list[Any] = []
-        memo: dict[int, int] = {}
-        keep: list[object] = []  # every object seen stays alive, so no id is reused meanwhile
-        work: list[tuple[int, object]] = []
+    def encode(value: object, other: Callable[[object], list[Any]], limit: int = 0) -> list[Any]:
+        t = type(value)
+        if value is None or t is bool or (t is int and -safe < value < safe):  # type: ignore[operator]
+            return [value]
+        nodes: list[Any] = [None]
+        memo: dict[int, int] = {id(value): 0}
+        keep: list[object] = [value]  # every object referenced stays alive, so no id is reused meanwhile
+        work: list[tuple[int, object]] = [(0, value)]
+        weight = 0
 
-        def ref(x: object) -> int:
+        def item(x: object) -> object:  # an item of a container: a literal, or [k]
+            t = type(x)
+            if t in plain or (t is int and -safe < x < safe):  # type: ignore[operator]
+                if limit and t is str:
+                    nonlocal weight
+                    weight += str.__len__(x) // 8  # type: ignore[arg-type]
+                return x
             i = memo.get(id(x))
             if i is None:
                 i = memo[id(x)] = len(nodes)
                 nodes.append(None)
                 keep.append(x)
                 work.append((i, x))
-            return i
+            return [i]
 
-        ref(value)
         while work:
             i, v = work.pop()
-            nodes[i] = node(v, ref, other)
+            if limit:
+                size = 0  # characters on the wire
+                if isinstance(v, (str, list, tuple, dict, set, frozenset)):
+                    size = 8 * len(v) if not isinstance(v, str) else str.__len__(v)
+                elif isinstance(v, (bytes, bytearray)):
+                    size = 2 * len(memoryview(v))
+                elif isinstance(v, int):
+                    size = int.bit_length(v) // 4
+                weight += 1 + size // 8
+                if weight > limit:
+                    raise OverflowError("a value over the size sent by value")
+            nodes[i] = node(v, item, other)
+        if limit and weight > limit:
+            raise OverflowError("a value over the size sent by value")
         return nodes
 
     def decode(nodes: object, handle: Callable[[str, int], object]) -> Any:
         if type(nodes) is not list or not nodes:
             raise ValueError("a malformed value")
         n = len(nodes)
+        if n == 1 and (nodes[0] is None or type(nodes[0]) in (bool, int, str)):
+            return nodes[0]
         out: list[Any] = [None] * n
-        done = [True] * n
-        kids: list[list[int]] = [[]] * n
-        fill: list[int] = []
+        pending: list[int] = []  # tuples and frozensets: built once their items are
+        fill: list[int] = []  # lists, dicts, sets: made empty first, filled last (they may hold cycles)
         for i, x in enumerate(nodes):
             if x is None or type(x) in (bool, int, str):
                 out[i] = x
                 continue
             if type(x) is not list or not x or type(x[0]) is not str:
                 raise ValueError("a malformed value")
-            tag, rest = x[0], x[1:]
+            tag = x[0]
             if tag in leaf_tags or len(tag) != 1:
-                out[i] = leaf(tag, rest, handle)
+                out[i] = leaf(tag, x, handle)
                 continue
-            if any(type(c) is not int or not 0 <= c < n for c in rest):
-                raise ValueError("a malformed value (a reference out of range)")
-            kids[i] = rest
+            for c in x[1:]:
+                if type(c) is list:
+                    if len(c) != 1 or type(c[0]) is not int or not 0 <= c[0] < n:
+                        raise ValueError("a malformed value (a reference out of range)")
+                elif c is not None and type(c) not in literal:
+                    raise ValueError("a malformed item")
             if tag in built_tags:
-                done[i] = False
+                pending.append(i)
             elif tag in ("l", "d", "s"):
-                if tag == "d" and len(rest) % 2:
+                if tag == "d" and len(x) % 2 != 1:
                     raise ValueError("a malformed dict")
                 out[i] = [] if tag == "l" else {} if tag == "d" else set()
                 fill.append(i)
             else:
                 raise ValueError(f"a malformed value (tag {tag!r})")
-        building = [False] * n
-        for start in range(n):  # tuples and frozensets, children first (they hold no cycle)
+        state = [0] * n  # of tuples and frozensets: 0 not built, 1 building, 2 built
+        for start in pending:
             stack = [start]
             while stack:
                 j = stack[-1]
-                if done[j]:
+                if state[j] == 2:
                     stack.pop()
                     continue
-                if not building[j]:
-                    building[j] = True
-                    for c in kids[j]:
-                        if not done[c]:
-                            if building[c]:
+                x = nodes[j]
+                if state[j] == 0:
+                    state[j] = 1
+                    for c in x[1:]:
+                        if type(c) is list and type(nodes[c[0]]) is list and nodes[c[0]][0] in built_tags:
+                            if state[c[0]] == 1:
                                 raise ValueError("a malformed value (an immutable cycle)")
-                            stack.append(c)
+                            if state[c[0]] == 0:
+                                stack.append(c[0])
                     continue
-                items = [out[c] for c in kids[j]]
-                out[j] = tuple(items) if nodes[j][0] == "t" else frozenset(items)
-                done[j] = True
+                items = [out[c[0]] if type(c) is list else c for c in x[1:]]
+                out[j] = tuple(items) if x[0] == "t" else frozenset(items)
+                state[j] = 2
                 stack.pop()
         for i in fill:
-            target, items = out[i], [out[c] for c in kids[i]]
+            target, items = out[i], [out[c[0]] if type(c) is list else c for c in nodes[i][1:]]
             if type(target) is list:
                 target.extend(items)
             elif type(target) is set:
@@ -186,9 +225,9 @@ def _cwsandbox_codec() -> tuple[Callable[..., list[Any]], Callable[..., Any]]:
                     target[items[k]] = items[k + 1]
         return out[0]
 
-    def leaf(tag: str, rest: list[Any], handle: Callable[[str, int], object]) -> object:
-        arg = rest[0] if len(rest) == 1 else None
-        if tag == "n" and not rest:
+    def leaf(tag: str, x: list[Any], handle: Callable[[str, int], object]) -> object:
+        arg = x[1] if len(x) == 2 else None
+        if tag == "n" and len(x) == 1:
             return nan
         if type(arg) is str and tag == "i":
             return int(arg, 16)
@@ -196,8 +235,8 @@ def _cwsandbox_codec() -> tuple[Callable[..., list[Any]], Callable[..., Any]]:
             return double.unpack(bytes.fromhex(arg))[0]
         if type(arg) is str and tag in ("b", "y"):
             return bytes.fromhex(arg) if tag == "b" else bytearray.fromhex(arg)
-        if tag == "c" and len(rest) == 2 and all(type(p) is str and len(p) == 16 for p in rest):
-            return complex(double.unpack(bytes.fromhex(rest[0]))[0], double.unpack(bytes.fromhex(rest[1]))[0])
+        if tag == "c" and len(x) == 3 and all(type(p) is str and len(p) == 16 for p in x[1:]):
+            return complex(double.unpack(bytes.fromhex(x[1]))[0], double.unpack(bytes.fromhex(x[2]))[0])
         if type(arg) is int and tag in ("H", "K"):
             return handle(tag, arg)
         raise ValueError(f"a malformed value (tag {tag!r})")
@@ -295,8 +334,8 @@ def _cwsandbox_split() -> None:
                 raise ValueError("a message that is not an object")
             return msg
 
-        def encode(self, v: object) -> list[Any]:
-            return encode_value(v, self.other)
+        def encode(self, v: object, limit: int = 0) -> list[Any]:
+            return encode_value(v, self.other, limit)
 
         def other(self, v: object) -> list[Any]:
             if type(v) is Remote and v._peer is self:
@@ -514,7 +553,9 @@ def _cwsandbox_split() -> None:
                     names.append([name, "M", str(getattr(value, "__name__", ""))])
                     continue
                 try:
-                    names.append([name, "V", peer.encode(value)])
+                    names.append([name, "V", peer.encode(value, 1 << 17)])
+                except OverflowError:  # a big table (a sieve, a cache): a handle, not megabytes on the pipe
+                    names.append([name, "V", [peer.other(value)]])
                 except Exception:
                     continue
             reply = {"ready": names}

@@ -224,17 +224,19 @@ def test_subclasses_cross_as_their_base_value_without_running_their_code() -> No
     [
         [],
         {"l": 1},
-        [["l", 5]],  # a reference out of range
-        [["l", -1]],
-        [["t", 0]],  # a tuple that holds itself: impossible in Python
-        [["t", 1], ["z", 0]],
-        [["s", 1], ["l"]],  # an unhashable member
+        [["l", [5]]],  # a reference out of range
+        [["l", [-1]]],
+        [["l", [0, 1]]],
+        [["l", 1.5]],  # json floats are never sent
+        [1.5],
+        [["t", [0]]],  # a tuple that holds itself: impossible in Python
+        [["t", [1]], ["z", [0]]],
+        [["s", [1]], ["l"]],  # an unhashable member
         [["d", 1]],  # a key without a value
         [["q"]],
         [["i", "zz"]],
         [["f", "00"]],
         [["H", 1]],  # a handle the other side never gave
-        [1.5],  # json floats are never sent
     ],
 )
 def test_malformed_input_is_refused(nodes: object) -> None:
@@ -283,3 +285,11 @@ async def test_values_cross_a_real_sandbox(local_only: None) -> None:
         name: (r, v.kind, v.reason) for name, r, v in zip(THROUGH_A_SANDBOX, rewards, reward.last_verdicts, strict=True)
     }
     assert all(r == 1.0 for r, _, _ in got.values()), got
+
+
+def test_a_size_limit_stops_encoding_early() -> None:
+    """The candidate's top-level names are sent by value only up to a size (else as a handle)."""
+    for big in (bytes(1 << 21), "x" * (1 << 21), list(range(1 << 18)), 1 << (1 << 23)):
+        with pytest.raises(OverflowError):
+            ENCODE(big, no_handles, 1 << 17)
+    assert DECODE(json.loads(json.dumps(ENCODE(list(range(1000)), no_handles, 1 << 17))), None) == list(range(1000))

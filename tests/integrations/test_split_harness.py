@@ -335,3 +335,11 @@ async def test_a_program_that_raises_at_import_or_dies_reports_its_cause(local_o
     )
     assert verdicts[1].reason.startswith("the tests' process was killed by signal 9 before it reported"), verdicts
     assert all("\n" not in v.reason for v in verdicts)
+
+
+async def test_a_big_table_at_the_top_level_reaches_the_tests(local_only: None) -> None:
+    """A sieve or a cache the program precomputed crosses as a handle, not as megabytes of data on the pipe."""
+    code = "SIEVE = bytearray(40 << 20)\nSIEVE[7] = 1\nSQUARES = [i * i for i in range(1_000_000)]\n" + RIGHT
+    tests = "assert len(SIEVE) == 40 << 20 and SIEVE[7] == 1 and SQUARES[999] == 998001\n" + TESTS
+    rewards, verdicts = await score([code], [tests])
+    assert rewards == [1.0], verdicts
