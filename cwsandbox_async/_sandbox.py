@@ -105,7 +105,14 @@ class Sandbox:
 
     @property
     def exec_stats(self) -> dict[str, int]:
-        """Per-sandbox exec counters, with the CoreWeave SDK's keys and short aliases."""
+        """This sandbox's exec counters, under the CoreWeave SDK's keys (a new dict each time).
+
+        - ``exec_count``: every ``exec``, ``run_python`` and ``process`` started (one that validation
+          refused is not counted);
+        - ``exec_completed_ok``: those that ended with return code 0;
+        - ``exec_completed_nonzero``: those that ended with another return code (``check=False``);
+        - ``exec_failures``: those that raised, a timeout and ``check=True``'s non-zero exit included.
+        """
         return exec_stats(self._exec_count, self._ok, self._nonzero, self._failures)
 
     async def refresh_status(self) -> SandboxStatus:

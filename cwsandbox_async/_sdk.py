@@ -2,7 +2,7 @@
 
 Code written against the ``cwsandbox`` SDK keeps working: ``container_image=`` for
 ``SandboxDefaults.image``, the SDK's sandbox statuses in ``Session.list(status=...)``,
-and the SDK's ``exec_stats`` keys (plus their short aliases). Two aliases cannot live
+and the SDK's ``exec_stats`` keys (each count once, under the SDK's name). Two aliases cannot live
 here and stay beside what they name: the property ``SandboxFileError.filepath`` and the
 public name ``ProcessResult`` (``ExecResult``). Nothing here imports the library's
 types: each alias maps to a plain name the core resolves.
@@ -44,13 +44,10 @@ def resolve_aliases(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def exec_stats(count: int, ok: int, nonzero: int, failures: int) -> dict[str, int]:
-    """Per-sandbox exec counters under the SDK's keys, and the short aliases of three of them."""
+    """Per-sandbox exec counters under the CoreWeave SDK's keys (``Sandbox.exec_stats``), each once."""
     return {
         "exec_count": count,
         "exec_completed_ok": ok,
         "exec_completed_nonzero": nonzero,
         "exec_failures": failures,
-        "completed_ok": ok,
-        "completed_nonzero": nonzero,
-        "failures": failures,
     }

@@ -66,7 +66,7 @@ async def run_load(tag: str, n: int) -> tuple[list[cwa.Outcome[str]], float, dic
         start = time.monotonic()
         outcomes = await cwa.gather({i: item(i) for i in range(n)}, limit=CONCURRENCY)
         elapsed = time.monotonic() - start
-        stats = {k: sum(sb.exec_stats[k] for sb in boxes) for k in ("exec_count", "completed_ok", "failures")}
+        stats = {k: sum(sb.exec_stats[k] for sb in boxes) for k in ("exec_count", "exec_completed_ok", "exec_failures")}
     return outcomes, elapsed, stats
 
 
@@ -85,7 +85,7 @@ async def test_ten_thousand_execs_at_concurrency_256_lose_nothing_and_leak_nothi
     assert sorted(o.key for o in outcomes) == list(range(EXECS)), "an outcome was lost or duplicated"
     bad = [o for o in outcomes if not o.ok or o.value != f"{o.key}\n"]
     assert not bad, f"{len(bad)} wrong results, e.g. {bad[:3]}"
-    assert stats == {"exec_count": EXECS, "completed_ok": EXECS, "failures": 0}
+    assert stats == {"exec_count": EXECS, "exec_completed_ok": EXECS, "exec_failures": 0}
     # No exec costs more as the run grows (nothing kept per exec): per exec, the long run is not much
     # slower than the short warm-up measured just before on this machine (which also pays the warm-up).
     per_exec, warm_per_exec = elapsed / EXECS, warm_elapsed / WARM_UP

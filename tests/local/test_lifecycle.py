@@ -151,7 +151,7 @@ async def test_concurrent_execs_in_one_sandbox(tag: str) -> None:
                 for i in range(16):
                     tg.start_soon(one, i)
         assert results == {i: f"{i}\nerr{i}\n" for i in range(16)}
-        assert sb.exec_stats["completed_ok"] == 16
+        assert sb.exec_stats["exec_completed_ok"] == 16
 
 
 async def test_streaming_output_with_process(tag: str) -> None:

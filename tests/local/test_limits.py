@@ -111,7 +111,7 @@ async def test_timeout_kills_the_tree_and_raises(tag: str) -> None:
         assert info.value.result is not None and info.value.result.stdout == "started\n"
         assert info.value.infrastructure is False
         assert host_processes_matching(f"sleep {marker}".encode()) == []
-        assert sb.exec_stats["failures"] == 1
+        assert sb.exec_stats["exec_failures"] == 1
 
 
 async def test_detached_double_fork_does_not_outlive_its_exec(tag: str) -> None:
