@@ -14,7 +14,9 @@ machine, written atomically and checked by running it. It is bound read-only int
 ``INSIDE``, execute-only (mode 0111: the sandbox cannot read it, so the kernel makes it non-dumpable
 from its ``execve`` until the command's). Where it cannot be built (no compiler, no writable cache,
 an unsupported machine), or ``CWSANDBOX_LOCAL_SPAWNER=python`` asks for the pure-Python path, the
-result is ``None`` and each exec forks PID 1 as before; a build failure is said once at WARNING.
+result is ``None`` and each exec forks PID 1 as before; a build failure is said once at WARNING,
+the variable's choice once at INFO (``asked_once``: what the caller asked for is no warning, but a
+variable left set in an environment should still show up in a log that keeps INFO).
 Nothing here raises.
 """
 
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from ..._log import log
 
-__all__ = ["ENV", "INSIDE", "SOURCE", "spawner", "wanted", "warn_once"]
+__all__ = ["ENV", "INSIDE", "SOURCE", "asked_once", "spawner", "wanted", "warn_once"]
 
 SOURCE = Path(__file__).resolve().parent / "agent" / "spawn.c"
 #: Where every template-born sandbox sees the binary.
@@ -63,6 +65,7 @@ CHECK_TIMEOUT_SECONDS = 30.0
 _lock = threading.Lock()
 _built: dict[str, str | None] = {}
 _warned = False
+_asked = False
 
 
 def _cache_dir() -> Path:
@@ -82,6 +85,14 @@ def warn_once(reason: str) -> None:
         )
 
 
+def asked_once() -> None:
+    """Say once per process, at INFO, that ``CWSANDBOX_LOCAL_SPAWNER=python`` chose the fork of PID 1."""
+    global _asked
+    if not _asked:
+        _asked = True
+        log.info(f"{ENV}=python: every exec forks the sandbox's PID 1 (the native spawner is not used)")
+
+
 def wanted() -> bool:
     """False when ``CWSANDBOX_LOCAL_SPAWNER=python`` asks for the pure-Python path."""
     return os.environ.get(ENV, "").strip().lower() != "python"
@@ -92,6 +103,7 @@ def spawner() -> str | None:
 
     Blocking (a first build runs the compiler, ~0.1-1 s): call it from a worker thread."""
     if not wanted():
+        asked_once()
         return None
     with _lock:
         try:
