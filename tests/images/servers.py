@@ -191,7 +191,8 @@ class _TokenHandler(http.server.BaseHTTPRequestHandler):
 
 class FaultProxy(_Server):
     """Forwards GETs to ``upstream``; ``fail_next(n, part)`` answers 503 to the next n requests
-    whose path contains ``part``; ``corrupt`` flips a byte of every blob body;
+    whose path contains ``part``; ``corrupt`` flips a byte of every blob body, ``corrupt_manifests`` changes
+    every manifest asked for by digest;
     ``blobs_wait_for_manifests = n`` serves no blob before n manifest requests came (so n pullers
     are surely in flight together). ``requests`` lists the paths (failures marked ``503``)."""
 
@@ -201,6 +202,7 @@ class FaultProxy(_Server):
         self.failures: list[tuple[str, int]] = []
         self.retry_after: str | None = "0"
         self.corrupt = False
+        self.corrupt_manifests = False
         self.blobs_wait_for_manifests = 0
         self.manifests_seen = threading.Condition()
         self.stalls: list[tuple[str, int]] = []
@@ -281,6 +283,8 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             status, body, reply = exc.code, exc.read(), exc.headers
         if owner.corrupt and "/blobs/" in self.path and body:
             body = bytes([body[0] ^ 0xFF]) + body[1:]
+        if owner.corrupt_manifests and "/manifests/sha256:" in self.path:
+            body = body + b" "  # the same JSON, another digest
         self.send_response(status)
         for key in ("Content-Type", "Docker-Content-Digest", "WWW-Authenticate"):
             if reply.get(key):

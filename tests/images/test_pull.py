@@ -202,3 +202,17 @@ async def test_the_pull_deadline_ends_a_pull_and_nothing_is_kept(proxy: FaultPro
     assert info.value.infrastructure is True
     assert "did not finish within" in str(info.value)
     _nothing_kept(options.cache_dir)
+
+
+@pytest.mark.parametrize("by", ["reference", "index"])
+async def test_a_manifest_that_is_not_its_digest_is_refused(
+    proxy: FaultProxy, images: Images, options: ImageOptions, by: str
+) -> None:
+    """Asked by digest (in the reference, or through an index), a manifest must hash to it."""
+    proxy.corrupt_manifests = True
+    ref = f"{proxy.host}/test/layered@{images.layered.digest}" if by == "reference" else f"{proxy.host}/test/multi:v1"
+    with pytest.raises(ImagePullError) as info:
+        await pull(ref, options)
+    assert info.value.infrastructure is True
+    assert "not the sha256:" in str(info.value)
+    _nothing_kept(options.cache_dir)

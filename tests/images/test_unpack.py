@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -115,8 +117,37 @@ def test_expansion_past_the_bound_is_refused(tmp_path: Path) -> None:
     bomb = [Entry("zeros", data=b"\0" * (8 << 20))]
     blob = gzip.compress(tar_bytes(bomb))
     assert len(blob) < 64 << 10
-    with pytest.raises(ImagePullError, match=r"expands past|pass"):
+    with pytest.raises(ImagePullError, match=r"expands past|files pass"):
         _unpack(tmp_path, bomb)
+
+
+def test_a_sparse_file_past_the_bound_is_refused(tmp_path: Path) -> None:
+    """A GNU sparse member is a few bytes of tar that unpack to megabytes of zeros: the bound
+    counts what is written, not only what is read."""
+    tar = shutil.which("tar")
+    if tar is None:
+        pytest.skip("GNU tar is not installed")
+    work = tmp_path / "work"
+    work.mkdir()
+    with open(work / "holes", "wb") as f:
+        f.truncate(8 << 20)
+        f.seek(0, 2)
+        f.write(b"x")
+    subprocess.run(
+        [tar, "--format=gnu", "-cSf", str(tmp_path / "layer.tar"), "-C", str(work), "holes"], check=True, timeout=60
+    )
+    blob = tmp_path / "layer.tar"
+    assert blob.stat().st_size < 64 << 10
+    (tmp_path / "root").mkdir()
+    with pytest.raises(ImagePullError, match="files pass"):
+        unpack_layer(blob, tmp_path / "root", LIMITS)
+
+
+def test_a_tar_stream_past_the_bound_is_refused_before_it_is_read_into_memory(tmp_path: Path) -> None:
+    """Headers count too: a pax header is read whole into memory by tarfile."""
+    huge_header = [Entry("f", data=b"", xattrs={"user.big": "x" * (2 << 20)})]
+    with pytest.raises(ImagePullError, match="expands past"):
+        _unpack(tmp_path, huge_header)
 
 
 def test_entries_past_the_bound_are_refused(tmp_path: Path) -> None:
