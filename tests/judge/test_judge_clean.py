@@ -139,3 +139,27 @@ async def test_a_checker_that_does_not_compile_raises_before_the_program_runs(
     with pytest.raises(JudgeError, match="does not compile"):
         await judge.judge("open('/workspace/ran', 'w')\nprint(1)\n", "python", [TestCase("", "1\n")], sandbox=sb)
     assert await look(Judge(local_session, limits=LIMITS), sb) == "clean"
+
+
+IPC_STASH = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+shm = libc.shmget(0x4832, 4096, 0o1600)  # IPC_CREAT | 0600
+msg = libc.msgget(0x4833, 0o1600)
+print("made" if shm >= 0 and msg >= 0 else "refused")
+"""
+IPC_LOOK = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("found" if libc.shmget(0x4832, 0, 0) >= 0 or libc.msgget(0x4833, 0) >= 0 else "clean")
+"""
+
+
+async def test_system_v_ipc_objects_do_not_outlive_their_completion(
+    local_session: cwa.Session, sb: cwa.Sandbox
+) -> None:
+    judge = Judge(local_session, limits=LIMITS)
+    made = await judge.judge(IPC_STASH, "python", [TestCase("", "made\n")], sandbox=sb)
+    assert made.score == 1.0, made.cases[0]
+    seen = await judge.judge(IPC_LOOK, "python", [TestCase("", "clean\n")], sandbox=sb)
+    assert seen.cases[0].stdout.strip() == "clean"

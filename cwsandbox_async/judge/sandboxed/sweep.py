@@ -18,7 +18,8 @@ mount, and:
 - removes every directory that is new, with everything below it (at any depth: a directory
   deeper than ``FLAT_DEPTH`` is moved up to the root first, so no path or descriptor count grows
   with the depth), and every old directory the program moved under a new one;
-- gives an old directory back its mode (a program that made ``/tmp`` unwritable).
+- gives an old directory back its mode (a program that made ``/tmp`` unwritable);
+- removes the System V IPC objects (shared memory, message queues, semaphores) made since.
 
 What the program deleted of what was there before is gone (nothing restores it). The sweep by time
 (``sweep`` with ``known=None``) is the fallback when the snapshot is lost (the program killed the
@@ -122,6 +123,7 @@ def snapshot(roots, limit):
                 pass
             if len(known) > limit:
                 return None
+    known["ipc"] = ipc_objects()
     return known
 
 
@@ -279,8 +281,11 @@ def remove_path(path):
 def sweep(roots, known, remove, t0=None):
     """Remove ``remove`` (the job's own directories), then what changed under ``roots``.
 
-    ``known`` is the snapshot; ``None`` sweeps by ``t0`` instead. Returns (entries removed, errors)."""
+    ``known`` is the snapshot (with the IPC objects under the key ``"ipc"``); ``None`` sweeps by
+    ``t0`` instead. Returns (entries removed, errors)."""
     errors = sum(remove_path(path) for path in remove)
+    if roots or t0 is not None:
+        errors += remove_ipc(None if known is None else known.get("ipc", {}), t0)
     removed = 0
     for root in roots:
         try:
@@ -297,6 +302,46 @@ def sweep(roots, known, remove, t0=None):
         removed += sweeper.removed
         errors += sweeper.errors
     return removed, errors
+
+
+#: System V IPC objects by kind: (the /proc/sysvipc file, the column of their ctime).
+IPC_KINDS = {"shm": 13, "msg": 13, "sem": 9}
+
+
+def ipc_objects():
+    """``{(kind, id): ctime seconds}`` of the System V IPC objects of the sandbox's IPC namespace."""
+    found = {}
+    for kind, at in IPC_KINDS.items():
+        try:
+            with open("/proc/sysvipc/" + kind) as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) > at:
+                found[(kind, int(row[1]))] = int(row[at])
+    return found
+
+
+def remove_ipc(before, t0):
+    """Remove the IPC objects not in ``before`` (or, without it, changed since ``t0``): the errors."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    errors = 0
+    for (kind, ident), ctime in ipc_objects().items():
+        if before is not None and (kind, ident) in before:
+            continue
+        if before is None and (t0 is None or ctime < t0 // 1_000_000_000):
+            continue
+        if kind == "shm":
+            done = libc.shmctl(ident, 0, None)  # IPC_RMID
+        elif kind == "msg":
+            done = libc.msgctl(ident, 0, None)
+        else:
+            done = libc.semctl(ident, 0, 0)
+        errors += done != 0 and ctypes.get_errno() not in (22, 43)  # EINVAL, EIDRM: gone already
+    return errors
 
 
 def probe_time(directory):
