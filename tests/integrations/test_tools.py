@@ -64,6 +64,15 @@ async def test_tools_turn_mistakes_into_observations(backend_name: str) -> None:
         assert passed.submitted and passed.passed and passed.observation == "All tests passed."
         failed = await run_tool(sb, call("submit_solution", code="def f(): return 2"), tests="assert f() == 1")
         assert failed.submitted and failed.passed is False and failed.observation.startswith("Tests failed.")
+        unparsed = await run_tool(sb, call("submit_solution", code="def f()\n    return 1"), tests="assert f() == 1")
+        assert unparsed.submitted and unparsed.passed is False and unparsed.verdict is not None
+        assert (unparsed.verdict.kind, unparsed.verdict.reason) == (
+            "compile_error",
+            "SyntaxError at solution.py line 1: expected ':': def f()",
+        )
+        assert unparsed.observation.startswith("Tests failed. Compile error: SyntaxError at solution.py line 1")
+        with pytest.raises(SandboxValidationError, match="the tests do not compile"):
+            await run_tool(sb, call("submit_solution", code="def f(): return 1"), tests="assert f() ==")
         no_tests = await run_tool(sb, call("submit_solution", code="x = 1"))
         assert no_tests.submitted and no_tests.passed is None and "no tests" in no_tests.observation
         surrogate = await run_tool(sb, call("execute_code", code="print(1)\ud800"))
