@@ -43,7 +43,11 @@ max_output_bytes   the driver stops reading the pipe and has the command killed 
 =================  ==============================================================
 
 ``backend.limits`` says what enforced each limit for the last sandbox created.
-The local backend has no images: ``SandboxDefaults.image`` is ignored (a WARNING once per backend).
+``SandboxDefaults.image``: a template-born sandbox runs from the image (``_image_run``, pulled
+through ``cwsandbox_async.images`` with the backend's ``images`` options, else the environment's):
+its root is an overlay of the image's layers with a private writable upper, bounded by
+``workspace_mib`` (``agent/_imageroot``). ``image=None`` keeps the host's read-only root view. The
+plain and unisolated paths ignore an image (a WARNING once per backend).
 It needs the asyncio event loop.
 """
 
@@ -65,6 +69,7 @@ from ..._errors import (
 )
 from ..._log import log
 from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from ...images import ImageOptions
 from .._shared import DestroyedIds
 from ..base import Backend, OutputCallback
 from ._box import Box
@@ -117,6 +122,8 @@ class LocalBackend(Backend):
     - ``python``: the agent's interpreter inside the sandbox (found automatically).
     - ``preload``: modules the agent imports up front for ``run_python``.
     - ``state_dir``: where the registry lives (see ``_registry``).
+    - ``images``: where images are pulled from and cached (``ImageOptions``; default: from the
+      environment, ``CWSANDBOX_IMAGE_CACHE`` and the rest).
     - ``options``: timeouts and budgets (``LocalOptions``); keyword arguments of the same names
       override its fields.
 
@@ -144,6 +151,7 @@ class LocalBackend(Backend):
         preload: Sequence[str] = DEFAULT_PRELOAD,
         state_dir: str | None = None,
         options: LocalOptions | None = None,
+        images: ImageOptions | None = None,
         **settings: float | None,
     ) -> None:
         check_options(isolation, agent, host_uid, sandbox_uid, sandbox_gid, (*expose, *hide), cpu_weight)
@@ -165,6 +173,7 @@ class LocalBackend(Backend):
             python=python,
             python_prefix=python_prefix,
             preload=tuple(preload),
+            image_options=images if images is not None else ImageOptions.from_env(),
         )
         agent_kind = "plain" if isolation == "bwrap" else agent
         self._setup = Setup(self._machine, isolation, agent_kind, host_uid, find_bwrap())
@@ -219,15 +228,16 @@ class LocalBackend(Backend):
             raise SandboxValidationError(f"invalid sandbox id {sid!r}")
         if sid in self._boxes:
             raise SandboxValidationError(f"sandbox {sid} already exists")
-        if spec.defaults.working_dir == "/":
-            raise SandboxValidationError("working_dir cannot be / on the local backend")
-        if spec.defaults.image and not self._image_logged:
-            self._image_logged = True
-            log.warning(  # once per backend (a session's own): it runs the host's root view, read-only
-                "the local backend has no images: image ignored, sandboxes see the host's root file system",
-                image=spec.defaults.image,
-            )
+        if spec.defaults.working_dir == "/" and not spec.defaults.image:
+            raise SandboxValidationError("working_dir cannot be / on the local backend (but for an image)")
         found = await self._setup.ensure_probe()
+        if spec.defaults.image and (found.plain or found.level == "none") and not self._image_logged:
+            self._image_logged = True
+            log.warning(  # once per backend (a session's own): only template-born sandboxes run images
+                "images need template-born sandboxes: image ignored, sandboxes see the host's root file system",
+                image=spec.defaults.image,
+                isolation=found.level,
+            )
         await self._listing.reap_for(spec.defaults.tags)  # once per tag set: leftovers of dead drivers of this kind
         runner: Runner
         if found.plain:

@@ -243,11 +243,11 @@ def _target(step: list[Any]) -> str:
     return str(step[2] if step[0] in ("ro", "rw", "symlink") else step[1])
 
 
-def sandbox_mounts(layout: Layout) -> list[list[Any]]:
+def sandbox_mounts(layout: Layout, workspace: bool = True) -> list[list[Any]]:
     """A newborn's own mounts, in order (see ``agent/_birth._settle``): a fresh /proc, /tmp, working
-    directory, /dev/shm and /dev/pts."""
+    directory (not for an image sandbox, ``workspace=False``: its root is writable), /dev/shm and /dev/pts."""
     out: list[list[Any]] = [["proc", "/proc"], ["tmpfs", "/tmp", layout.tmp_bytes, 0o1777]]
-    if layout.working_dir != "/tmp":
+    if workspace and layout.working_dir != "/tmp":
         out.append(["tmpfs", layout.working_dir, layout.workspace_bytes, 0o755])
     out += [["tmpfs", "/dev/shm", SHM_BYTES, 0o1777], ["devpts", "/dev/pts"]]
     return out

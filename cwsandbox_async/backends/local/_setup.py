@@ -20,6 +20,7 @@ from ._bwrap import Layout, template_plan
 from ._probe import Probe, ProbeRequest, probe
 from ._runners.base import Machine
 from ._template import AGENT_DIR, Template
+from .agent import _imageroot
 
 __all__ = ["Setup"]
 
@@ -62,13 +63,31 @@ class Setup:
         spawner = _native.spawner()  # built on first use (a compiler run, once per source version)
         if spawner is not None:
             plan.append(["ro", spawner, _native.INSIDE])
+        layers = self._layers_dir()
+        if layers is not None:  # image sandboxes' lowers, hidden from the others (``agent/_imageroot``)
+            plan += [["layers", layers, _imageroot.LAYERS], ["dir", _imageroot.STAGE]]
         return {
+            "layers": None if layers is None else {"path": layers, "owner": m.ids.image_owner},
             "map_range": m.ids.ranged,
             "id_map": m.ids.id_map(),
             "plan": plan,
             "preload": list(m.preload),
             "spawner": _native.INSIDE if spawner is not None else None,
         }
+
+    def _layers_dir(self) -> str | None:
+        """The image cache's unpacked layers directory (made if missing); None when it cannot be made
+        (then every image sandbox fails to start, saying so, and host-root ones run as before)."""
+        options = self.machine.image_options
+        if options is None:
+            return None
+        path = os.path.realpath(options.cache_dir / "layers")
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            log.warning("the image cache cannot be made: image sandboxes will not start", path=path, error=str(exc))
+            return None
+        return path
 
     async def ensure_template(self) -> Template:
         """The live template, started (or restarted after it died) under the probe lock."""

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from ...._errors import SandboxCreationError, SandboxNotRunningError
 from ...._types import ExecExit, ExecRequest, SandboxSpec
+from ....images import ImageOptions
 from ...base import OutputCallback
 from .._bwrap import Layout
 from .._cgroup import CgroupManager, SandboxCgroup
@@ -87,6 +88,8 @@ class Machine:
     python: str
     python_prefix: str | None
     preload: tuple[str, ...]
+    #: Where images come from and are cached (``_image_run``).
+    image_options: ImageOptions | None = None
 
     def layout(self, spec: SandboxSpec, tmp_host: str | None = None, workspace_host: str | None = None) -> Layout:
         d = spec.defaults
@@ -200,6 +203,9 @@ class AgentRunner(BaseRunner):
     link: Link | None = None
     env: dict[str, str]
     path_map: tuple[tuple[str, str], ...] = ()
+    #: The working directory an exec gets when it asked for the sandbox's default one (an image's
+    #: ``WorkingDir``, see ``_image_run``); None: that default itself.
+    default_cwd: str | None = None
 
     @property
     def channel(self) -> AgentChannel | None:
@@ -221,16 +227,21 @@ class AgentRunner(BaseRunner):
         channel = self.channel
         return None if channel is None or channel.alive else channel.dead_error()
 
+    def _cwd(self, request: ExecRequest) -> str:
+        if self.default_cwd is not None and request.cwd == self.spec.defaults.working_dir:
+            return self.default_cwd
+        return self.map_path(request.cwd)
+
     async def exec(self, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
         env = {**self.env, **request.env}
-        return await self._channel().exec(request, env, self.map_path(request.cwd), None, on_output)
+        return await self._channel().exec(request, env, self._cwd(request), None, on_output)
 
     async def run_python(self, source: str, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
         """In a fork of the sandbox's PID 1, a clean warm interpreter."""
         # The working directory is not importable unless the caller asks (PYTHONSAFEPATH="" in env):
         # a json.py planted there by an earlier command would otherwise run at "import json".
         env = {**SAFE_PATH_ENV, **self.env, **request.env}
-        return await self._channel().exec(request, env, self.map_path(request.cwd), source, on_output)
+        return await self._channel().exec(request, env, self._cwd(request), source, on_output)
 
     async def read(self, path: str, max_bytes: int) -> bytes:
         return await self._channel().read_file(self.map_path(path), max_bytes, path)

@@ -20,6 +20,7 @@ wait.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -32,6 +33,7 @@ from ...._errors import SandboxCreationError
 from ...._types import SandboxSpec
 from .._bwrap import sandbox_env, sandbox_mounts
 from .._evidence import Evidence
+from .._image_run import ImageRun, prepare
 from .._leftover import kill_uid, remove_cgroup
 from .._link import Link, ProcessHandles
 from .._probe import Probe
@@ -79,13 +81,19 @@ class BornRunner(AgentRunner):
         self.env: dict[str, str] = {}
         #: ``time.monotonic()`` at the end of each step of its birth, the driver's.
         self.stamps: dict[str, float] = {}
+        #: Holds the image's layers in the cache while the sandbox lives (``_image_run``).
+        self.image_hold = contextlib.AsyncExitStack()
+        self.image: ImageRun | None = None
 
     async def start(self) -> dict[str, str]:
         """Birth the sandbox (see the module docstring); ``SandboxCreationError`` when it fails to start."""
         m, spec, d = self.machine, self.spec, self.spec.defaults
         sid = spec.sandbox_id
         template = await self.live_template()
-        self.slot, self.host_uid = m.ids.take()
+        if d.image:
+            assert m.image_options is not None
+            self.image = await prepare(spec, m.image_options, self.image_hold)
+        self.slot, self.host_uid = m.ids.take(image=self.image is not None)
         self.entry = m.entry(spec, self.found, MARKER, self.created_at, self.host_uid, None, None)
         self.entry["marker"] = MARKER
         birth = {
@@ -97,8 +105,12 @@ class BornRunner(AgentRunner):
             "inside_gid": m.gid,
             "network": d.network,
             "hostname": sid,
-            "mounts": sandbox_mounts(m.layout(spec)),
+            "mounts": sandbox_mounts(m.layout(spec), workspace=self.image is None),
         }
+        if self.image is not None:  # its root: the image's layers and a private upper (``agent/_imageroot``)
+            workspace = m.layout(spec).workspace_bytes
+            birth.update(mkdirs=[], inside_uid=self.image.uid, inside_gid=self.image.gid)
+            birth["image"] = {"layers": self.image.layers, "upper_bytes": workspace, "mkdirs": self.image.mkdirs}
         self.stamps["start"] = time.monotonic()
         self.newborn = ProcessHandles()
         first = json.dumps(birth, separators=(",", ":")).encode()
@@ -148,7 +160,10 @@ class BornRunner(AgentRunner):
             self.stamps["hello"] = time.monotonic()
         if channel.hello is None:
             raise await agent_start_error(link, sid)
-        self.env = {**sandbox_env(d.working_dir), **d.env}
+        if self.image is not None:
+            self.env, self.default_cwd = self.image.env, self.image.working_dir
+        else:
+            self.env = {**sandbox_env(d.working_dir), **d.env}
         self.stamps["running"] = time.monotonic()
         return enforced
 
@@ -176,6 +191,13 @@ class BornRunner(AgentRunner):
 
     # -- teardown ----------------------------------------------------------------
     async def teardown(self) -> None:
+        """``_stop``, then the image's hold on its layers goes, however the stop ended."""
+        try:
+            await self._stop()
+        finally:
+            await self.image_hold.aclose()  # its layers may be collected again
+
+    async def _stop(self) -> None:
         """Stop the sandbox and release everything it holds (bounded by the caller).
 
         The sandbox's first process is PID 1 of its pid namespace: SIGKILL through its pidfd makes the
@@ -215,8 +237,8 @@ class BornRunner(AgentRunner):
             await m.blocking(m.registry.remove, sid)
         if cg is not None:
             gone = True
-        elif not gone and m.ids.ranged and self.host_uid is not None and m.ids.fixed is None:
-            await m.blocking(kill_uid, self.host_uid)  # the uid is this sandbox's alone
+        elif not gone and m.ids.ranged and self.host_uid is not None and m.ids.fixed is None and self.image is None:
+            await m.blocking(kill_uid, self.host_uid)  # the uid is this sandbox's alone (an image sandbox's is not)
             gone = True
         if gone:
             m.ids.release(self.slot)

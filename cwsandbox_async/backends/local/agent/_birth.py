@@ -51,7 +51,7 @@ import struct
 import sys
 import time
 
-from . import _rootfs, harden, protocol
+from . import _imageroot, _rootfs, harden, protocol
 from .protocol import MAX_BIRTH_CONFIG
 
 TYPE_CHECKING = False
@@ -297,8 +297,13 @@ def _enter(birth: dict[str, Any]) -> None:
     # (see the module docstring), so only now may N mount it. In a mount namespace of its own, which the
     # sandbox's (made with its user namespace below) copies, with this mount locked in it.
     _rootfs.unshare(_rootfs.CLONE_NEWNS)
+    image = birth.get("image")
+    if image is not None:  # its root: an overlay of the image's layers (``_imageroot``), pivoted into
+        _imageroot.build(image, int(birth["uid"]), _agent.get("spawner"))
+    else:
+        _imageroot.hide_layers()
     for step in birth["mounts"]:
-        if step[0] == "proc":
+        if step[0] == "proc" and image is None:  # an image root has its own (``_imageroot``)
             _rootfs.mount("proc", step[1], "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
     # Through that /proc, not the template's: the kernel keeps a cached entry per IPC namespace for each
     # sysctl looked up through one proc instance and compares a lookup with every one of them, so on the
@@ -352,7 +357,8 @@ def _settle(birth: dict[str, Any]) -> None:
     _rootfs.check(_rootfs.libc.sethostname(name, len(name)), "sethostname")
     if not birth.get("network"):
         _loopback_up()
-    _rootfs.remount_ro("/", recursive=False)
+    if birth.get("image") is None:  # an image's root is the sandbox's to write (its upper)
+        _rootfs.remount_ro("/", recursive=False)
     _rootfs.write_text("/proc/sys/user/max_user_namespaces", "0")
     harden.bound_user_limits()  # per-user kernel limits of its own, so it cannot exhaust the driver's
     bound_budgets()

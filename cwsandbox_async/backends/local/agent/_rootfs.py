@@ -72,6 +72,18 @@ _LOCKED = (
 )
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+#: The new mount API's syscalls (the same numbers on x86_64 and aarch64).
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = 0o2000000
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+MOUNT_ATTR_RDONLY = 1
+MOUNT_ATTR_NOSUID = 2
+MOUNT_ATTR_NODEV = 4
+MOUNT_ATTR_IDMAP = 0x00100000
 #: Where the agent package is visible inside every sandbox (imported as ``cwsandbox_agent``).
 AGENT_ROOT = "/run/cwsandbox"
 AGENT_PACKAGE = "cwsandbox_agent"
@@ -84,6 +96,15 @@ libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
 
 
 def check(rc: int, what: str) -> None:
@@ -174,7 +195,7 @@ def open_sources(plan: list[list[Any]]) -> dict[str, int]:
     template drops to its own uid. Missing ones are left out."""
     out: dict[str, int] = {}
     for step in plan:
-        if step[0] == "ro" and step[1] not in out:
+        if step[0] in ("ro", "layers") and step[1] not in out:
             try:
                 out[step[1]] = os.open(step[1], os.O_PATH | os.O_CLOEXEC)
             except OSError:
@@ -187,14 +208,17 @@ def build_root(plan: list[list[Any]], root: str, sources: dict[str, int]) -> Non
 
     Steps: ``["ro", host path, path]`` (read-only recursive bind, from ``sources``, see ``open_sources``),
     ``["symlink", target, path]``, ``["dev", path]``, ``["proc", path]``, ``["tmpfs", path, size, mode,
-    read_only]``, ``["null", path]`` (a file masked by /dev/null) and ``["dir", path]`` (a mount point for
-    a newborn's own mount).
+    read_only]``, ``["null", path]`` (a file masked by /dev/null), ``["dir", path]`` (a mount point for
+    a newborn's own mount) and ``["layers", host path, path]`` (the image cache's unpacked layers,
+    read-only: the idmapped tree ``idmapped_layers`` made, else a bind from ``sources``).
     """
     dev_path = None
     for step in plan:
         kind = step[0]
-        dst = root + (step[2] if kind in ("ro", "symlink") else step[1])
-        if kind == "ro":
+        dst = root + (step[2] if kind in ("ro", "symlink", "layers") else step[1])
+        if kind == "layers":
+            _layers(step[1], dst, sources)
+        elif kind == "ro":
             fd = sources.get(step[1])
             if fd is None:
                 continue  # gone since the driver made the plan
@@ -229,6 +253,68 @@ def build_root(plan: list[list[Any]], root: str, sources: dict[str, int]) -> Non
             raise ValueError(f"unknown mount step {kind!r}")
     if dev_path is not None:
         remount_ro(dev_path, recursive=False)
+
+
+def _layers(host: str, dst: str, sources: dict[str, int]) -> None:
+    tree = sources.get(LAYERS_TREE)
+    os.makedirs(dst, exist_ok=True)
+    if tree is not None:
+        check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, dst.encode(), MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
+        return
+    fd = sources.get(host)
+    if fd is not None:
+        mount(f"/proc/self/fd/{fd}", dst, None, MS_BIND | MS_REC)
+        remount_ro(dst, recursive=True)
+
+
+#: ``open_sources``'s key of the idmapped layer tree (not a path: a path never starts with a space).
+LAYERS_TREE = " layers"
+
+
+def idmapped_layers(path: str, owner: int) -> int:
+    """As host root: a detached, read-only, recursive clone of ``path`` whose files owned by uid/gid 0
+    (the driver's: single-uid layers) appear owned by host uid/gid ``owner``, the uid image sandboxes
+    run as (see ``_host_uids``). The idmap is a user namespace mapping ``0 owner 1``, made by a short-lived
+    child (``unshare``), which P maps from the host's namespace. Returns the tree's fd (``OSError`` if
+    this kernel or file system refuses idmapped mounts)."""
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(ready_r)
+            unshare(CLONE_NEWUSER)
+            os.write(ready_w, b"u")
+            signal.pause()
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    userns = -1
+    try:
+        if os.read(ready_r, 1) != b"u":
+            raise OSError(0, "the idmap's user namespace was not made")
+        write_text(f"/proc/{child}/setgroups", "deny")
+        map_ids(child, {"uid": [f"0 {owner} 1"], "gid": [f"0 {owner} 1"]})
+        userns = os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    try:
+        flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+        tree = libc.syscall(SYS_OPEN_TREE, AT_FDCWD, path.encode(), flags)
+        if tree < 0:
+            check(-1, "open_tree")
+        attr = _MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns)
+        rc = libc.syscall(
+            SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+        )
+        if rc != 0:
+            err = ctypes.get_errno()
+            os.close(tree)
+            raise OSError(err, f"mount_setattr(idmap): {os.strerror(err)}")
+        return int(tree)
+    finally:
+        os.close(userns)
 
 
 def pivot_into(root: str) -> None:
@@ -283,6 +369,13 @@ def enter_userns(config: dict[str, Any]) -> None:
 def main(argv: list[str]) -> None:
     ctl = socket.socket(fileno=int(argv[-1]))
     config = json.loads(ctl.recv(1 << 20))
+    tree = None
+    layers = config.get("layers")
+    if layers and layers.get("owner") is not None:  # still host root: idmapped mounts are ours to make
+        try:
+            tree = idmapped_layers(layers["path"], int(layers["owner"]))
+        except OSError as exc:  # image sandboxes then see their files as nobody's (read-only)
+            sys.stderr.write(f"cwsandbox template: no idmapped image layers: {exc}\n")
     try:
         enter_userns(config)
         unshare(CLONE_NEWNS)
@@ -290,6 +383,8 @@ def main(argv: list[str]) -> None:
         # but still with the driver's file system uid: the template's own uid (unprivileged when the
         # driver is root) may not reach a package or interpreter under, say, a 0700 home directory.
         sources = open_sources(config["plan"])
+        if tree is not None:
+            sources[LAYERS_TREE] = tree
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
         unshare(CLONE_NEWPID)

@@ -1,0 +1,126 @@
+"""What a local sandbox takes from a container image: its layers, user, environment and directory.
+
+``prepare`` pulls the image through ``cwsandbox_async.images`` (a cached image is not asked of the
+registry again), holds its layers in the cache for the sandbox's life (``images.hold``, a lease: no prune
+or removal takes them), and says how the sandbox runs from it (``ImageRun``); the newborn mounts the
+root (``agent/_imageroot``).
+
+- **User**: the image's ``User`` (``uid``, ``uid:gid``, or names from the image's own
+  ``/etc/passwd`` and ``/etc/group``); none means uid 0 *of the sandbox's user namespace*, an
+  unprivileged host uid with no capability at all (its bounding set is empty and ``NoNewPrivs`` set,
+  as for every sandbox process). The layers are single-uid: every file shows as the sandbox's user.
+- **Environment**: the sandbox's base (``PATH``, ``HOME``, ``PYTHONNOUSERSITE``), the image's
+  ``Env`` over it, the sandbox's ``env`` over that.
+- **Working directory**: the sandbox's, unless it is the default (``/workspace``) and the image names
+  one. Both exist in the sandbox's root.
+
+Failures: ``ImagePullError`` as ``images.pull`` raises it (whose failure it is on the error);
+``SandboxCreationError`` (the caller's, ``infrastructure=False``) for an image ``User`` that names an
+account the image does not have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from ..._errors import SandboxCreationError
+from ..._types import DEFAULT_WORKING_DIR, SandboxSpec
+from ...images import Image, ImageOptions, hold, pull
+from .agent import harden
+
+__all__ = ["DEFAULT_PATH", "ImageRun", "image_user", "prepare"]
+
+#: ``PATH`` of an image sandbox whose image sets none (Docker's default).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class ImageRun:
+    """How one sandbox runs from ``image``: ``layers`` (names under the cache's ``layers/``, top
+    first), the ids inside, the environment base and the working directory."""
+
+    image: Image
+    layers: list[str]
+    uid: int
+    gid: int
+    env: dict[str, str]
+    working_dir: str
+    mkdirs: list[str] = field(default_factory=list)
+
+
+async def prepare(spec: SandboxSpec, options: ImageOptions, stack: contextlib.AsyncExitStack) -> ImageRun:
+    """Pull (or find cached) the spec's image and hold it on ``stack`` (see the module docstring)."""
+    d = spec.defaults
+    assert d.image is not None
+    image = await pull(d.image, options)
+    lease = await hold(image, options)
+    stack.callback(lease.release)
+    return await anyio.to_thread.run_sync(_plan, spec, image, options.cache_dir / "layers")
+
+
+def _plan(spec: SandboxSpec, image: Image, top: Path) -> ImageRun:
+    """Worker thread (reads the image's ``/etc/passwd``): how the sandbox runs from ``image``."""
+    d = spec.defaults
+    layers = [os.path.relpath(p, top) for p in reversed(image.layers)]
+    config = image.config
+    try:
+        uid, gid = image_user(config.user, image.layers)
+    except LookupError as exc:
+        raise SandboxCreationError(
+            f"sandbox {spec.sandbox_id}: image {d.image}: {exc}",
+            sandbox_id=spec.sandbox_id,
+            reason="image_user",
+            infrastructure=False,
+        ) from None
+    working_dir = d.working_dir
+    if working_dir == DEFAULT_WORKING_DIR and config.working_dir.startswith("/"):
+        working_dir = os.path.normpath(config.working_dir)
+    env = {"PATH": DEFAULT_PATH, **harden.SANDBOX_ENV, **config.environment(), **d.env}
+    mkdirs = sorted({p for p in (working_dir, d.working_dir) if p != "/" and not p.startswith("/tmp/")})
+    return ImageRun(image, layers, uid, gid, env, working_dir, mkdirs)
+
+
+def image_user(user: str, layers: tuple[Path, ...]) -> tuple[int, int]:
+    """The (uid, gid) an image's ``User`` names inside the sandbox; ``LookupError`` for an unknown name."""
+    name, _, group = user.partition(":")
+    if not name:
+        return 0, 0
+    if name.isdigit():
+        uid, default_gid = int(name), int(name)
+    else:
+        entry = _lookup(layers, "etc/passwd", name)
+        if entry is None:
+            raise LookupError(f"its User {user!r} is not in its /etc/passwd")
+        uid, default_gid = int(entry[2]), int(entry[3])
+    if not group:
+        return uid, default_gid
+    if group.isdigit():
+        return uid, int(group)
+    found = _lookup(layers, "etc/group", group)
+    if found is None:
+        raise LookupError(f"its User {user!r} names a group not in its /etc/group")
+    return uid, int(found[2])
+
+
+def _lookup(layers: tuple[Path, ...], path: str, name: str) -> list[str] | None:
+    """The ``name:...`` line of ``path`` in the topmost layer that has that file, split on ``:``."""
+    for layer in reversed(layers):
+        file = layer / path
+        if file.is_symlink() or not file.is_file():
+            continue
+        try:
+            text = file.read_text("utf-8", "replace")
+        except OSError:
+            return None
+        numeric = 4 if path == "etc/passwd" else 3  # uid and gid, or the group's gid
+        for line in text.splitlines():
+            fields = line.split(":")
+            if len(fields) >= numeric and fields[0] == name and all(f.isdigit() for f in fields[2:numeric]):
+                return fields
+        return None
+    return None

@@ -1,0 +1,134 @@
+"""A newborn's root from an image: an overlay of the image's layers and a private upper (stdlib only).
+
+Called by the newborn, N (see ``_birth``), right after it entered its own mount namespace and while it
+is still uid 0 of the template's user namespace, before it enters the sandbox's: so every mount made
+here is owned by the template's namespace and is locked in the sandbox's copy of it (nothing inside
+can unmount one to see what is below, nor mount anything).
+
+1. A fresh tmpfs at ``STAGE`` (a mount point of the template's root), of ``upper_bytes`` (the
+   sandbox's ``workspace_mib``; None: no size limit): everything the sandbox writes to its root lands
+   there, counted in that size and in the memory cgroup of the process that writes it. It is
+   N's own: it goes with the sandbox's mount namespace, so nothing is left on disk, whatever happens.
+2. An overlay (``userxattr``: whiteouts and opaque directories readable without privilege) of the
+   image's layers, read-only lowers from the template's ``LAYERS`` mount (the image cache's unpacked
+   layers, shared by every sandbox of every image: disk once), with the upper and work directories
+   on that tmpfs. The upper's root is the sandbox's uid (``owner``), so the image's ``/`` is its.
+3. Mount points in it (made in the upper when the image has none: an image needs no ``/proc``,
+   ``/dev`` or ``/run``), and what the sandbox needs from the template's root: ``/dev`` and ``/sys``
+   (recursive binds, read-only as in the template), the agent package, the native spawner and the
+   agent interpreter's standard library (``PYTHON_ROOT``, for ``run_python``'s imports): the agent
+   needs nothing from the image; and the sandbox's ``/proc``.
+4. ``pivot_root`` into it and detach the template's root: the sandbox never sees the template's
+   view, the layer cache or any other image.
+
+Failures raise ``OSError``; N prints them and exits (the driver's ``SandboxCreationError``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import _rootfs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+#: Where the template's root holds the image cache's unpacked layers (``layers/`` of the cache).
+LAYERS = "/.cwsandbox-layers"
+#: The mount point of a newborn's upper tmpfs in the template's root.
+STAGE = "/.cwsandbox-stage"
+#: Where the agent interpreter's standard library directories are bound in an image sandbox.
+PYTHON_ROOT = _rootfs.AGENT_ROOT + "/python"
+#: Legacy ``mount(2)`` options are one page: the lower list (relative names, 65 bytes per layer) fits ~60.
+MAX_OPTIONS = 4095
+
+
+def hide_layers() -> None:
+    """A sandbox of the host's root view: the layer cache leaves its mount namespace (still N's, before
+    the sandbox's copies it)."""
+    _rootfs.libc.umount2(LAYERS.encode(), _rootfs.MNT_DETACH)
+
+
+def build(image: dict[str, Any], owner: int, spawner: str | None) -> None:
+    """Make the image root and move into it (see the module docstring). ``image``: ``layers`` (names
+    under ``LAYERS``, top first), ``upper_bytes``, ``mkdirs`` (the working directory); ``owner``: the
+    sandbox's uid in the template's namespace."""
+    upper_bytes = image.get("upper_bytes")
+    _rootfs.tmpfs(STAGE, int(upper_bytes) if upper_bytes else None, 0o755)
+    upper, work, root = STAGE + "/upper", STAGE + "/work", STAGE + "/root"
+    for path in (upper, work, root):
+        os.mkdir(path)
+    os.chown(upper, owner, owner)
+    lowers = ":".join(str(name) for name in image["layers"])
+    options = f"userxattr,lowerdir={lowers},upperdir={upper},workdir={work}"
+    if len(options) > MAX_OPTIONS:
+        raise OSError(0, f"the image has too many layers to mount ({len(image['layers'])})")
+    os.chdir(LAYERS)  # the lowers by relative name: more of them fit in one page of options
+    try:
+        _rootfs.mount("overlay", root, "overlay", _rootfs.MS_NOSUID | _rootfs.MS_NODEV, options)
+    finally:
+        os.chdir("/")
+    _mount_points(root, image, owner)
+    # The sandbox's /proc, here: the kernel lets a user namespace mount a proc only where one is fully
+    # visible already (the template's, gone after the pivot).
+    _rootfs.mount("proc", root + "/proc", "proc", _rootfs.MS_NOSUID | _rootfs.MS_NODEV | _rootfs.MS_NOEXEC)
+    _bind_recursive("/dev", root + "/dev")
+    _bind_recursive("/sys", root + "/sys")
+    _bind(_rootfs.AGENT_ROOT + "/" + _rootfs.AGENT_PACKAGE, root + _rootfs.AGENT_ROOT + "/" + _rootfs.AGENT_PACKAGE)
+    if spawner and os.path.exists(spawner):
+        _file(root + spawner, owner)
+        _bind(spawner, root + spawner)
+    paths = _python_paths()
+    for index, path in enumerate(paths):
+        target = f"{root}{PYTHON_ROOT}/{index}"
+        _dirs(target, owner)
+        _bind(path, target)
+    _rootfs.pivot_into(root)
+    # The agent imports (``run_python``'s ``import json``) from the host's standard library, bound above.
+    sys.path[:] = [_rootfs.AGENT_ROOT, *(f"{PYTHON_ROOT}/{i}" for i in range(len(paths)))]
+    sys.path_importer_cache.clear()
+
+
+def _python_paths() -> list[str]:
+    """The template interpreter's import directories (its standard library), not the agent's root."""
+    return [p for p in sys.path if p != _rootfs.AGENT_ROOT and p.startswith("/") and os.path.isdir(p)]
+
+
+def _mount_points(root: str, image: dict[str, Any], owner: int) -> None:
+    from . import harden
+
+    for path in ("/proc", "/dev", "/sys", "/tmp", harden.HOME, _rootfs.AGENT_ROOT + "/" + _rootfs.AGENT_PACKAGE):
+        _dirs(root + path, owner)
+    for path in image.get("mkdirs") or ():
+        _dirs(root + path, owner)
+
+
+def _dirs(path: str, owner: int) -> None:
+    """``os.makedirs`` giving each directory it makes to ``owner`` (the sandbox's uid): the image's root
+    is the sandbox's, and so is what the backend adds to it. An existing non-directory raises."""
+    missing: list[str] = []
+    head = path
+    while not os.path.isdir(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    for made in reversed(missing):
+        os.mkdir(made, 0o755)
+        os.chown(made, owner, owner)
+
+
+def _file(path: str, owner: int) -> None:
+    if not os.path.exists(path):
+        _dirs(os.path.dirname(path), owner)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o755))
+
+
+def _bind(src: str, dst: str) -> None:
+    _rootfs.mount(src, dst, None, _rootfs.MS_BIND)
+    _rootfs.remount_ro(dst, recursive=False)
+
+
+def _bind_recursive(src: str, dst: str) -> None:
+    """A recursive bind; each mount keeps its flags (the template made ``/dev`` and ``/sys`` read-only)."""
+    _rootfs.mount(src, dst, None, _rootfs.MS_BIND | _rootfs.MS_REC)
