@@ -230,7 +230,9 @@ class RewardCore:
         sandbox; a sandbox the judge could not clean is stopped, so its lease is never reused."""
         assert self.judging is not None and session is not None
         if item.refused:
-            return CompletionVerdict(index, VerdictKind.COMPILE_ERROR, 0.0, f"compile_error: {item.refused}")
+            return CompletionVerdict(
+                index, VerdictKind.COMPILE_ERROR, 0.0, f"{VerdictKind.COMPILE_ERROR}: {item.refused}"
+            )
         with structlog.contextvars.bound_contextvars(completion=index):
             async with source() as sandbox:
                 result = await self.judging.judge(session, sandbox, item)
@@ -238,7 +240,7 @@ class RewardCore:
                     log.warning("judged sandbox not clean: stopping it", sandbox_id=sandbox.sandbox_id)
                     await sandbox.stop()
         verdict = judged_verdict(index, result, sandbox.sandbox_id)
-        return dataclasses.replace(verdict, reason=result.reason) if result.reason else verdict
+        return dataclasses.replace(verdict, reason=f"{verdict.kind}: {result.reason}") if result.reason else verdict
 
     async def score(
         self, source: SandboxSource, session: Session | None, completions: Sequence[Any], kwargs: Mapping[str, Any]

@@ -4,7 +4,8 @@
 directory taken out of its paths: ``solution.py:3:9: SyntaxError: invalid syntax`` (the Python
 entry's check prints exactly that), ``main.cpp:4:5: error: 'x' was not declared in this scope``,
 ``error[E0425]: cannot find value `x` in this scope (main.rs:2:5)``. ``result_reason`` is the
-judgement's line: the compile error, or the first failing (or unscored) case's verdict and detail.
+judgement's line (``JudgeResult.reason``): the compiler's first error, or how many cases passed and
+the first case with the summary verdict and its detail.
 """
 
 from __future__ import annotations
@@ -48,16 +49,14 @@ def compile_reason(output: str, work: str) -> str:
 
 
 def result_reason(verdict: Verdict, cases: Sequence[CaseResult], compile_line: str = "") -> str:
-    """The judgement's reason line (see the module docstring)."""
+    """The judgement's reason line (see the module docstring), without the verdict's name: each
+    vocabulary (``Verdict``, ``code_reward``'s ``VerdictKind``) puts its own in front."""
     if verdict is Verdict.COMPILE_ERROR:
-        detail = compile_line or next((c.detail for c in cases if c.detail), "")
-        return one_line(f"compile_error: {detail}" if detail else "compile_error")
-    if verdict is Verdict.ACCEPTED:
-        return f"accepted: {len(cases)}/{len(cases)} test cases"
+        return one_line(compile_line or next((c.detail for c in cases if c.detail), "") or "the compile failed")
     passed = sum(1 for c in cases if c.passed)
+    head = f"{passed}/{len(cases)} test cases accepted"
     first = next((c for c in cases if c.verdict is verdict), None)
-    head = f"{verdict.value}: {passed}/{len(cases)} test cases accepted"
-    if first is None:
+    if verdict is Verdict.ACCEPTED or first is None:
         return head
     name = first.name or str(first.index)
     return one_line(f"{head}; case {name}: {first.detail}" if first.detail else f"{head}; case {name}")

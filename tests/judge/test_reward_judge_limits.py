@@ -78,6 +78,7 @@ async def test_a_program_that_sleeps_through_many_cases_scores_zero(local_backen
         assert await reward(prompts=["p"], completions=[SLEEPER], public_tests=[tests]) == [0.0]
         verdict = reward.last_verdicts[0]
         assert verdict.kind is VerdictKind.TIMEOUT
+        assert verdict.reason.startswith("timeout: 0/25 test cases accepted; case public/0: still running after")
         assert len(verdict.cases) == 25
     finally:
         await reward.aclose()
@@ -120,16 +121,14 @@ async def test_reasons_name_the_first_error_line(local_session: cwa.Session, sb:
     judge = Judge(local_session, limits=Limits(time_seconds=2.0, memory_mib=128))
     py = await judge.judge("x = 1\nif x\n    print(x)\n", "python", [TestCase("", "1\n")], sandbox=sb)
     assert py.verdict is Verdict.COMPILE_ERROR and py.score == 0.0
-    assert py.reason.startswith("compile_error: solution.py:2:") and "SyntaxError" in py.reason, py.reason
+    assert py.reason.startswith("solution.py:2:") and "SyntaxError" in py.reason, py.reason
     assert "\n" not in py.reason
     cpp = '#include <cstdio>\nint main() {\n  int y = z + 1;\n  std::printf("%d", y);\n}\n'
     cc = await judge.judge(cpp, "cpp", [TestCase("", "1\n")], sandbox=sb)
     assert cc.verdict is Verdict.COMPILE_ERROR
-    assert cc.reason.startswith("compile_error: main.cpp:3:") and "error:" in cc.reason and "z" in cc.reason
+    assert cc.reason.startswith("main.cpp:3:") and "error:" in cc.reason and "z" in cc.reason
     wrong = await judge.judge("print(2)\n", "python", [TestCase("", "1\n", name="public/0")], sandbox=sb)
-    assert (
-        wrong.reason == "wrong_answer: 0/1 test cases accepted; case public/0: the output differs from the expected one"
-    )
+    assert wrong.reason == "0/1 test cases accepted; case public/0: the output differs from the expected one"
 
 
 async def test_code_reward_gives_the_judges_reason(local_backend: None) -> None:
