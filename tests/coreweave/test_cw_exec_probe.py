@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from cwsandbox_async._types import ExecRequest
 from cwsandbox_async.testing.contract import make_request, make_spec
 from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
@@ -86,4 +87,30 @@ async def test_a_cancelled_probe_lets_the_next_exec_ask(
     assert len(service.calls("Exec")) == 2
     assert service.calls("StreamExec") == []
     assert backend.channel is not None and backend.channel.unary_exec is True
+    await backend.destroy(spec.sandbox_id)
+
+
+@pytest.mark.parametrize("where", ["before-ready", "during-command", "with-stdin"])
+async def test_a_stream_exec_cut_by_a_cancel_scope_ends_the_call(
+    cw_sdk_server: CoreWeaveTestServer, make_sdk_backend: BackendFactory, where: str
+) -> None:
+    """A caller's cancel scope ends a ``StreamExec`` wherever it waits (before the ready frame, or for the exit
+    of a running command, or in a bidirectional call with stdin): the scope catches its own cancellation (the
+    code after it runs), and the backend's next exec runs."""
+    backend = make_sdk_backend(exec_rpc="stream")
+    spec = make_spec(f"cut-{where}")
+    await backend.create(spec)
+    service = cw_sdk_server.service
+    if where == "before-ready":
+        service.faults.stall["StreamExec"] = 30.0
+    request = make_request("sleep", "30")
+    if where == "with-stdin":  # the bidirectional call: stdin chunks, a close, then the half-close
+        request = ExecRequest(**{**{f: getattr(request, f) for f in request.__slots__}, "stdin": b"x" * 100_000})
+    for _ in range(3):
+        with anyio.move_on_after(0.5) as scope:
+            await backend.exec(spec.sandbox_id, request)
+        assert scope.cancelled_caught
+    service.faults.stall.clear()
+    r = await backend.exec(spec.sandbox_id, make_request("/bin/sh", "-c", "echo after"))
+    assert (r.returncode, r.stdout) == (0, b"after\n")
     await backend.destroy(spec.sandbox_id)

@@ -247,6 +247,7 @@ async def test_in_flight_cap_holds(cw_server: CoreWeaveTestServer, make_backend:
     backend = make_backend(max_in_flight=2)
     spec = make_spec("cap")
     await backend.create(spec)
+    await backend.exec(spec.sandbox_id, make_request("true"))  # the channel learns that Exec is served
     cw_server.service.faults.stall["Exec"] = 0.1
     async with anyio.create_task_group() as tg:
         for _ in range(6):

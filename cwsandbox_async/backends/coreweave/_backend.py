@@ -216,8 +216,12 @@ class CoreWeaveBackend(Backend):
         return rpc == "unary" or (rpc == "auto" and not (request.stdin or on_output))
 
     async def exec(self, sandbox_id: str, request: ExecRequest, on_output: OutputCallback | None = None) -> ExecExit:
-        service_id = await self._usable(sandbox_id)
-        channel = await self._ensure()
+        service_id = self._ids.get(sandbox_id)  # the common case without a coroutine per lookup
+        if service_id is None or sandbox_id in self._destroyed:
+            service_id = await self._usable(sandbox_id)
+        channel = self._channel
+        if channel is None or self._closed:
+            channel = await self._ensure()
         start = time.monotonic()
         out, streamed = await self._run(
             channel, service_id, request, lambda s: self._argv(sandbox_id, request, s), on_output

@@ -270,6 +270,12 @@ class Channel:
                     raise _parse(exc) from exc
 
             try:
+                if only is not None:
+                    # In the caller's task (a task of its own is a loop round trip more per exec): a
+                    # server-streaming call's reads re-raise the caller's own CancelledError, which an anyio
+                    # cancel scope then claims. A bidirectional call's start swallows a cancellation and a
+                    # later write raises a fresh one, so that body runs in a task (see ``_joined``).
+                    return await run()
                 return await _joined(asyncio.get_running_loop().create_task(run()), call)
             finally:
                 if not call.done():

@@ -36,6 +36,7 @@ with ``STREAM_BACKPRESSURE``/``STREAM_TRUNCATED`` because output outran it, is
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,16 +94,18 @@ def wrap(
     budgets = [b for b in (request.cpu_seconds, cpu_seconds) if b]
     cpu = math.ceil(min(budgets)) if budgets else 0
     blocks = file_size_mib * 2048 if file_size_mib else 0  # sh's ulimit -f counts 512-byte blocks
-    head = [
-        request.cwd,
-        _seconds(request.timeout_seconds),
-        _seconds(kill_after),
-        str(request.max_output_bytes + 1) if cap_inside else "0",
-        str(cpu),
-        str(blocks),
-        "1" if request.exclusive else "0",
-    ]
-    return ["/bin/sh", "-c", WRAPPER, "cwsandbox", *head, *request.argv]
+    cap = request.max_output_bytes + 1 if cap_inside else 0
+    head = _head(request.cwd, request.timeout_seconds, kill_after, cap, cpu, blocks, request.exclusive)
+    return [*head, *request.argv]
+
+
+@functools.lru_cache(maxsize=256)
+def _head(
+    cwd: str, timeout: float, kill_after: float, cap: int, cpu: int, blocks: int, exclusive: bool
+) -> tuple[str, ...]:
+    """``WRAPPER``'s argv before the command (the same for most execs of a run: built once)."""
+    limits = (_seconds(timeout), _seconds(kill_after), str(cap), str(cpu), str(blocks), "1" if exclusive else "0")
+    return ("/bin/sh", "-c", WRAPPER, "cwsandbox", cwd, *limits)
 
 
 @dataclass
@@ -191,7 +194,10 @@ async def run_stream(
     cap = request.max_output_bytes
     stdout_kind = sandbox_pb2.ExecStreamOutput.STREAM_STDOUT
     Request = sandbox_pb2.ExecStreamRequest
-    init = Request(init=sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv, env=dict(request.env)))
+    init_fields = sandbox_pb2.ExecStreamInit(sandbox_id=service_id, command=argv)
+    if request.env:
+        init_fields.env.update(request.env)
+    init = Request(init=init_fields)
     stdin = request.stdin
 
     async def body(call: Any) -> None:
