@@ -61,7 +61,8 @@ class CoreWeaveBackend(Backend):
 
     Exec: see ``_exec`` (unary ``Exec`` unless stdin or streaming needs ``StreamExec``, and
     ``StreamExec`` for good once the service answers ``UNIMPLEMENTED`` to ``Exec``, as it may:
-    the SDK never calls it; ``exec_rpc="stream"`` never tries unary). Files:
+    the SDK never calls it; a first burst of execs asks once; ``exec_rpc="stream"`` never tries
+    unary). Files:
     ``ReadFile``/``WriteFile``. ``sweep`` and closing use ``PurgeSandboxes`` (one call) where
     the service offers it, else one delete per sandbox.
 

@@ -24,6 +24,8 @@ Measured (benchmarks/bench_coreweave.py, one run): a unary ``Exec`` costs the cl
 0.65x the CPU of a ``StreamExec`` round (ready, output, exit and the status complete one by
 one), so ``exec_rpc="auto"`` uses unary unless the request has stdin or the caller streams
 output, until the service answers ``UNIMPLEMENTED`` (the backend then stays on ``StreamExec``).
+Until the channel has seen ``Exec`` answered either way, one exec at a time asks; the others of a
+first burst take ``StreamExec`` meanwhile (so a burst of N costs one refused call, not N).
 A stream without stdin goes out as the SDK sends it (init and half-close, in one batch here);
 with stdin, the chunks and an ``ExecStreamClose`` follow.
 
