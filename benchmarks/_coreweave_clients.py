@@ -1,15 +1,18 @@
 """The clients bench_coreweave compares, each run in its own process (so getrusage sees only it).
 
-    python -m benchmarks._coreweave_clients CLIENT URL N_SANDBOXES EXECS_EACH
+    python -m benchmarks._coreweave_clients CLIENT URL N_SANDBOXES EXECS_EACH [IN_FLIGHT_PER_SANDBOX]
     python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
 
-CLIENT is one of ours, ours-stream, bare, bare-stream, bare-sync-stream, the aio-* rows of
-AIO_VARIANTS, grpclib-stream, grpclib-cancel, sdk. The first form prints
-``{"cpu_seconds", "wall_seconds", "execs", "user_seconds", "system_seconds"}``: client CPU (user + system, every thread
-of this process) spent on ``EXECS_EACH`` sequential execs of ``true`` in each of N sandboxes
-at once, after the sandboxes are running and warmed up. The second starts a test server in
-this process and prints the calls it received per method during one lifecycle (create,
-ready, exec, write, read, destroy) of N sandboxes.
+CLIENT is one of ours, ours-stream, bare, bare-stream, backend, bare-sync-stream, the aio-* rows of
+AIO_VARIANTS, grpclib-stream, grpclib-cancel, sdk ("backend": the backend's own ``exec``, wrapper
+included, without the Session layers). The first form prints
+``{"cpu_seconds", "wall_seconds", "execs", "user_seconds", "system_seconds"}``: client CPU (user + system,
+every thread of this process) spent on ``EXECS_EACH`` execs of ``true`` in each of N sandboxes at once,
+``IN_FLIGHT_PER_SANDBOX`` (default 1: one after another) in flight in each, after the sandboxes are
+running and a warm-up of the same shape. The URL is any server of the protocol (the test server or
+``benchmarks/_plain_server``). The second form starts a test server in this process (it counts calls;
+no CPU is measured) and prints the calls it received per method during one lifecycle (create, ready,
+exec, write, read, destroy) of N sandboxes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 SNAPSHOTS: list[tuple[float, float]] = []  # (user, system) at each cpu() call: main() reports the last interval's split
+
+
+#: Execs in flight per sandbox (the optional last argument): 1 runs each sandbox's execs one after another.
+PARALLEL = 1
+
+
+async def spread(run: Any, targets: Any, each: int) -> None:
+    """``each`` execs per target, ``PARALLEL`` of them in flight per target (each worker runs its share in turn)."""
+    share = max(1, each // PARALLEL)
+    await asyncio.gather(*(run(t, share) for t in targets for _ in range(min(PARALLEL, each))))
 
 
 def cpu() -> float:
@@ -50,9 +63,9 @@ async def ours(url: str, n: int, each: int, exec_rpc: str) -> dict[str, float]:
                 r = await sb.exec(["true"])
                 assert r.returncode == 0
 
-        await asyncio.gather(*(run(sb, 3) for sb in sandboxes))  # warm-up
+        await spread(run, sandboxes, 3 * PARALLEL)  # warm-up
         c0, t0 = cpu(), time.perf_counter()
-        await asyncio.gather(*(run(sb, each) for sb in sandboxes))
+        await spread(run, sandboxes, each)
         c1, t1 = cpu(), time.perf_counter()
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
@@ -71,20 +84,23 @@ async def bare(url: str, n: int, each: int, rpc: str) -> dict[str, float]:
         sandboxes = await asyncio.gather(*(s.sandbox() for _ in range(n)))
         backend: Any = s.backend
         channel = backend.channel
-        ids = [backend._ids[sb.sandbox_id] for sb in sandboxes]
+        ids = [backend._ids[sb.sandbox_id] if rpc != "backend" else sb.sandbox_id for sb in sandboxes]
         request = ExecRequest(("true",), "/", {}, None, 60.0, 1 << 20)
 
         async def run(service_id: str, k: int) -> None:
             for _ in range(k):
+                if rpc == "backend":  # the backend's whole exec (wrapper, judge), no Session layers
+                    assert (await backend.exec(service_id, request)).returncode == 0
+                    continue
                 if rpc == "stream":
                     out = await run_stream(channel, service_id, request, ["true"], 5.0, None)
                 else:
                     out = await run_unary(channel, service_id, request, ["true"], 5.0)
                 assert out.exit_code == 0, out
 
-        await asyncio.gather(*(run(i, 3) for i in ids))
+        await spread(run, ids, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await asyncio.gather(*(run(i, each) for i in ids))
+        await spread(run, ids, each)
         c1, t1 = cpu(), time.perf_counter()
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
@@ -133,9 +149,9 @@ async def bare_sync(url: str, n: int, each: int) -> dict[str, float]:
             for _ in range(k):
                 assert await loop.run_in_executor(pool, one, service_id) == 0
 
-        await asyncio.gather(*(run(i, 3) for i in ids))
+        await spread(run, ids, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await asyncio.gather(*(run(i, each) for i in ids))
+        await spread(run, ids, each)
         c1, t1 = cpu(), time.perf_counter()
         pool.shutdown()
         channel.close()
@@ -163,9 +179,9 @@ async def _measured(url: str, n: int, each: int, make: Any) -> dict[str, float]:
             for _ in range(k):
                 assert await one(service_id) == 0  # each call carries its own 60 s deadline
 
-        await asyncio.gather(*(run(i, 3) for i in ids))
+        await spread(run, ids, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await asyncio.gather(*(run(i, each) for i in ids))
+        await spread(run, ids, each)
         c1, t1 = cpu(), time.perf_counter()
         await close()
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
@@ -286,9 +302,9 @@ async def sdk(url: str, n: int, each: int) -> dict[str, float]:
                 r = await sb.exec(["true"], timeout_seconds=60)
                 assert r.returncode == 0
 
-        await asyncio.gather(*(run(sb, 3) for sb in sandboxes))
+        await spread(run, sandboxes, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await asyncio.gather(*(run(sb, each) for sb in sandboxes))
+        await spread(run, sandboxes, each)
         c1, t1 = cpu(), time.perf_counter()
     return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
 
@@ -340,11 +356,15 @@ async def calls_sdk(n: int, start_delay: float) -> dict[str, int]:
 
 
 def main() -> None:
+    global PARALLEL
     mode, *args = sys.argv[1:]
+    if len(args) == 4:
+        PARALLEL = int(args.pop())
     if mode in ("ours", "ours-stream"):
         out: Any = asyncio.run(ours(args[0], int(args[1]), int(args[2]), "stream" if mode == "ours-stream" else "auto"))
-    elif mode in ("bare", "bare-stream"):
-        out = asyncio.run(bare(args[0], int(args[1]), int(args[2]), "stream" if mode == "bare-stream" else "unary"))
+    elif mode in ("bare", "bare-stream", "backend"):
+        rpc = {"bare": "unary", "bare-stream": "stream", "backend": "backend"}[mode]
+        out = asyncio.run(bare(args[0], int(args[1]), int(args[2]), rpc))
     elif mode == "bare-sync-stream":
         out = asyncio.run(bare_sync(args[0], int(args[1]), int(args[2])))
     elif mode in ("grpclib-stream", "grpclib-cancel"):

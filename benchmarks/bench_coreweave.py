@@ -1,86 +1,96 @@
-"""The CoreWeave backend against the test server, next to the unmodified ``cwsandbox`` SDK in the same run.
+"""The CoreWeave backend against two servers, next to the unmodified ``cwsandbox`` SDK in the same run.
 
-The test server (``python -m cwsandbox_async.testing.coreweave --rpcs all``) runs in its own process on 127.0.0.1 and
-serves the real protocol over real local sandboxes; every client runs in a process of
-its own (``benchmarks/_coreweave_clients.py``), so ``getrusage`` counts only that
-client (user + system CPU, all its threads: the SDK's loop thread and grpc's poller).
+Every server runs in its own process on 127.0.0.1 and every client in a process of its own
+(``benchmarks/_coreweave_clients.py``), so ``getrusage`` counts only that client, the driver (user +
+system CPU, all its threads: the SDK's loop thread and grpc's poller included).
 
-1. Client CPU per exec of ``true``: 192 execs over 8 sandboxes (24 sequential execs in
-   each, the 8 at once), after start-up and a warm-up. This library on its default path
-   (unary ``Exec``, where the service serves it) and forced onto ``StreamExec`` (the RPC
-   the SDK uses, and what the default falls back to when ``Exec`` is UNIMPLEMENTED),
-   against the SDK (``await sb.exec``, its ``StreamExec``). Rounds alternate between the
-   clients (each round starts one row later, so no row always follows the same one); the figures
-   are medians. Target: <= 0.5x the SDK, on each RPC. Two diagnostic
-   rows ("bare", "bare-stream") send the SDK's exec (argv ``true``, without this library's
-   in-sandbox wrapper or its Session layers) through this library's channel on each RPC,
-   so the server does the same work as for the SDK: client CPU grows with the server's
-   latency (fewer completions share a wake-up), and the wrapper's ``sh`` and ``timeout``
-   processes add latency, more so on a loaded machine. "bare-stream" is what grpc.aio's
-   streaming call itself costs here: ready, exit and status each complete separately.
-   "bare-sync-stream" is the same exec on grpc's sync (C-core) stack in worker threads
-   (a tried alternative to grpc.aio: the loop wakes once per exec, the messages are taken
-   in the worker; it costs about the same).
-   Transport rows, all the SDK's bare exec (argv ``true``) on ``StreamExec`` over a transport of
-   their own (the sandboxes started through this library): "aio-raw" (a plain grpc.aio channel
-   with grpc's defaults, the backend's call shape, no library code at all), "aio-noretry"
-   (``grpc.enable_retries=0``, as the backend sets), and from there one option each:
-   "aio-throughput" / "aio-latency" (``grpc.optimization_target``), "aio-noreuseport"
-   (``grpc.so_reuseport=0``), "aio-nocompress" (compression off on the channel and the call), and
-   "aio-tuned" (all of those, channelz and the proxy lookup off); "grpclib-stream" and
-   "grpclib-cancel" (grpclib, the pure-Python asyncio gRPC client on ``h2``: waiting for the
-   status trailers, or reset at ``exit`` as the backend does). The grpclib rows run only when
-   grpclib is importable (not a dependency: put it on PYTHONPATH, e.g. ``pip install --target
-   /tmp/grpclib_pkgs grpclib`` and ``PYTHONPATH=/tmp/grpclib_pkgs``), else they are skipped with
-   the reason printed. "grpclib full-path estimate" adds to grpclib-cancel what this library's
-   wrapper and layers cost on grpc.aio in the same run (ours-stream minus bare-stream): what the
-   ``StreamExec`` path might cost on grpclib, not a measurement of one.
-2. API calls per sandbox lifecycle (create, ready, exec, write, read, destroy) of 8
-   sandboxes at once with a 1 s start (CREATING -> RUNNING), counted by the server:
-   this library (readiness from one ListSandboxes per round for all) against the SDK
-   (GetSandbox polling per sandbox, and polling after its delete).
+The two servers:
+
+- "test": the project's test server (``python -m cwsandbox_async.testing.coreweave --rpcs sdk``): the
+  real protocol over real local sandboxes, serving only the RPCs the SDK calls (no unary ``Exec``, so
+  this library's default path is ``StreamExec``, as on the service).
+- "plain": ``benchmarks/_plain_server.py``, an independent implementation that shares no code with the
+  project (only ``grpc`` and the ``cwsandbox`` wheel's protocol modules): the SDK's RPCs over in-memory
+  records, every ``StreamExec`` answered at once with ready, one output frame, exit, then its status.
+  It favours neither client: no command runs, so the in-sandbox wrapper costs nothing there.
+
+1. Driver CPU per exec of ``true``, warm: 192 execs over 8 sandboxes, at 8 in flight (each sandbox
+   runs its 24 one after another) and at 192 in flight (all at once), after start-up and a warm-up of
+   the same shape. Rows: "ours" (``Sandbox.exec`` through a Session, the default ``exec_rpc="auto"``:
+   ``StreamExec`` once the service has answered UNIMPLEMENTED to one ``Exec``), "sdk" (``await
+   sb.exec``, its ``StreamExec``), and a diagnostic "bare-stream" (this library's channel sending the
+   SDK's exec, argv ``true``, with no wrapper and no Session layers: grpc.aio's own streaming call).
+   Each cell (server x in-flight) runs its rows in turn, the order reversed every round (A B B A), the
+   cells interleaved; figures are medians of the rounds and each ratio compares rows of the same
+   cell in the same run. Target (issue 42): ours <= 0.8x the SDK in every cell.
+2. API calls per sandbox lifecycle (create, ready, exec, write, read, destroy) of 8 sandboxes at once
+   with a 1 s start (CREATING -> RUNNING), counted by a test server in the client's process: this
+   library (readiness from one ListSandboxes per round for all) against the SDK (GetSandbox polling).
+3. ``--transports``: the older issue-26 table (test server with ``--rpcs all``, 8 in flight): unary
+   ``Exec``, the grpc.aio option rows, grpc's sync stack and grpclib (when importable: ``pip install
+   --target /tmp/grpclib_pkgs grpclib`` and ``PYTHONPATH=/tmp/grpclib_pkgs``), next to the SDK.
 
 Writes benchmarks/out/coreweave.json and benchmarks/img/coreweave.png.
 
-    python -m benchmarks.bench_coreweave [--quick]
-    PYTHONPATH=/tmp/grpclib_pkgs python -m benchmarks.bench_coreweave   # with the grpclib rows
+    python -m benchmarks.bench_coreweave [--quick] [--rounds N] [--transports]
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from ._common import parse_args, write_json
+from ._common import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
+#: server name -> the argv that serves it (each prints its URL first, stops when its stdin closes)
+SERVERS = {
+    "test": [sys.executable, "-m", "cwsandbox_async.testing.coreweave", "--rpcs", "sdk", "--until-stdin-closes"],
+    "plain": [sys.executable, "-m", "benchmarks._plain_server"],
+}
+#: execs in flight -> execs in flight per sandbox (8 sandboxes, 24 execs each)
+IN_FLIGHT = {8: 1, 192: 24}
+SANDBOXES, EACH = 8, 24
+ROWS = ("ours", "bare-stream", "sdk")
+TARGET = 0.8
 CORE = ("ours", "ours-stream", "bare", "bare-stream", "bare-sync-stream")
 AIO = ("aio-raw", "aio-noretry", "aio-throughput", "aio-latency", "aio-noreuseport", "aio-nocompress", "aio-tuned")
 GRPCLIB = ("grpclib-stream", "grpclib-cancel")
 
 
-def clients() -> tuple[tuple[str, ...], str | None]:
-    """The rows to run, and why the grpclib rows are skipped (None when they run)."""
+def transport_rows() -> tuple[tuple[str, ...], str | None]:
+    """The ``--transports`` rows, and why the grpclib rows are skipped (None when they run)."""
     if importlib.util.find_spec("grpclib") is None:
         return (*CORE, *AIO, "sdk"), "grpclib is not importable (pip install --target DIR grpclib; PYTHONPATH=DIR)"
     return (*CORE, *AIO, *GRPCLIB, "sdk"), None
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    argv = [sys.executable, "-m", "cwsandbox_async.testing.coreweave", "--rpcs", "all", "--until-stdin-closes"]
+def start_server(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
     if not url.startswith("http"):
         proc.kill()
-        raise SystemExit("the test server did not start")
+        raise SystemExit(f"the server did not start: {argv}")
     return proc, url
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def client(*args: str) -> dict[str, Any]:
@@ -101,37 +111,56 @@ def client(*args: str) -> dict[str, Any]:
     return result
 
 
-def cpu_per_exec(url: str, rounds: int, sandboxes: int, each: int, names: tuple[str, ...]) -> dict[str, Any]:
-    samples: dict[str, list[float]] = {c: [] for c in names}
-    walls: dict[str, list[float]] = {c: [] for c in names}
-    system: dict[str, list[float]] = {c: [] for c in names}
+def per_exec(r: dict[str, Any]) -> tuple[float, float]:
+    """(CPU, of which kernel) in ms per exec."""
+    return r["cpu_seconds"] / r["execs"] * 1e3, r["system_seconds"] / r["execs"] * 1e3
+
+
+def matrix(urls: dict[str, str], rounds: int) -> dict[str, Any]:
+    """Driver CPU per exec for every server x in-flight cell, rows A B B A, cells interleaved."""
+    cells = [(server, flight) for server in urls for flight in IN_FLIGHT]
+    samples: dict[str, dict[str, list[float]]] = {f"{s}/{f}": {r: [] for r in ROWS} for s, f in cells}
+    kernel: dict[str, dict[str, list[float]]] = {f"{s}/{f}": {r: [] for r in ROWS} for s, f in cells}
+    walls: dict[str, dict[str, list[float]]] = {f"{s}/{f}": {r: [] for r in ROWS} for s, f in cells}
+    loads = []
     for k in range(rounds):
-        for name in names[k % len(names) :] + names[: k % len(names)]:  # each round starts one row later
-            r = client(name, url, str(sandboxes), str(each))
-            samples[name].append(r["cpu_seconds"] / r["execs"] * 1e3)
-            system[name].append(r["system_seconds"] / r["execs"] * 1e3)
-            walls[name].append(r["wall_seconds"] / each * 1e3)
+        order = ROWS if k % 2 == 0 else ROWS[::-1]
+        for server, flight in cells:
+            cell = f"{server}/{flight}"
+            for row in order:
+                loads.append(os.getloadavg()[0])
+                r = client(row, urls[server], str(SANDBOXES), str(EACH), str(IN_FLIGHT[flight]))
+                cpu, sys_ = per_exec(r)
+                samples[cell][row].append(cpu)
+                kernel[cell][row].append(sys_)
+                walls[cell][row].append(r["wall_seconds"] / r["execs"] * flight * 1e3)
+    out: dict[str, Any] = {}
+    for cell, rows in samples.items():
+        med = {r: statistics.median(v) for r, v in rows.items()}
+        # a ratio per round too (rows of one round ran minutes apart at most): its spread says how firm the median is
+        per_round = [o / s for o, s in zip(rows["ours"], rows["sdk"], strict=True)]
+        out[cell] = {
+            "cpu_ms_per_exec": med,
+            "kernel_ms_per_exec": {r: statistics.median(v) for r, v in kernel[cell].items()},
+            # how long one exec took, start to end (the server's latency plus the client's)
+            "wall_ms_per_exec": {r: statistics.median(v) for r, v in walls[cell].items()},
+            "samples_ms": rows,
+            "ratio_ours_to_sdk": med["ours"] / med["sdk"],
+            "ratio_bare_stream_to_sdk": med["bare-stream"] / med["sdk"],
+            "ratio_ours_to_sdk_per_round": per_round,
+            "meets_target": med["ours"] / med["sdk"] <= TARGET,
+        }
+    return {"cells": out, "rounds": rounds, "load_1min": {"min": min(loads), "max": max(loads)}}
+
+
+def transports(url: str, rounds: int, names: tuple[str, ...]) -> dict[str, Any]:
+    """The issue-26 table (test server with unary Exec, 8 in flight), rounds starting one row later each."""
+    samples: dict[str, list[float]] = {c: [] for c in names}
+    for k in range(rounds):
+        for name in names[k % len(names) :] + names[: k % len(names)]:
+            samples[name].append(per_exec(client(name, url, str(SANDBOXES), str(EACH)))[0])
     med = {c: statistics.median(v) for c, v in samples.items()}
-    layers = med["ours-stream"] - med["bare-stream"]  # the wrapper and this library's layers, on grpc.aio
-    estimate = med["grpclib-cancel"] + layers if "grpclib-cancel" in med else None
-    return {
-        "execs_per_round": sandboxes * each,
-        "rounds": rounds,
-        "cpu_ms_per_exec": med,
-        "cpu_ms_samples": samples,
-        "system_cpu_ms_per_exec": {c: statistics.median(v) for c, v in system.items()},  # of the total, in the kernel
-        "wall_ms_per_sequential_exec": {c: statistics.median(v) for c, v in walls.items()},
-        "ratio_ours_to_sdk": med["ours"] / med["sdk"],
-        "ratio_stream_to_sdk": med["ours-stream"] / med["sdk"],
-        "ratio_unary_to_stream": med["ours"] / med["ours-stream"],
-        "ratio_bare_to_sdk": med["bare"] / med["sdk"],
-        "ratio_bare_stream_to_sdk": med["bare-stream"] / med["sdk"],
-        "ratio_bare_sync_stream_to_sdk": med["bare-sync-stream"] / med["sdk"],
-        "ratio_to_sdk": {c: v / med["sdk"] for c, v in med.items()},
-        "library_layers_ms_on_stream": layers,
-        "grpclib_full_path_estimate_ms": estimate,
-        "ratio_grpclib_full_path_estimate_to_sdk": None if estimate is None else estimate / med["sdk"],
-    }
+    return {"cpu_ms_per_exec": med, "samples_ms": samples, "ratio_to_sdk": {c: v / med["sdk"] for c, v in med.items()}}
 
 
 def lifecycle_calls(sandboxes: int, start_delay: float) -> dict[str, Any]:
@@ -156,17 +185,17 @@ def chart(data: dict[str, Any]) -> Path | None:
     except ImportError:
         return None
     fig, (a, b) = plt.subplots(1, 2, figsize=(14, 4.2), gridspec_kw={"width_ratios": [2.2, 1]})
-    cpu = data["cpu"]["cpu_ms_per_exec"]
-    names = list(cpu)
-    colours = [
-        "C0" if c.startswith("ours") else "C3" if c == "sdk" else "C2" if "grpclib" in c else "C7" for c in names
-    ]
-    a.bar(names, [cpu[c] for c in names], color=colours)
-    a.tick_params(axis="x", labelsize=7, labelrotation=35)
-    a.axhline(cpu["sdk"] * 0.5, color="k", linestyle="--", linewidth=1, label="target: 0.5x SDK")
+    cells = data["cpu"]["cells"]
+    names = list(cells)
+    width = 0.27
+    for i, (row, colour) in enumerate((("ours", "C0"), ("bare-stream", "C7"), ("sdk", "C3"))):
+        xs = [j + (i - 1) * width for j in range(len(names))]
+        a.bar(xs, [cells[c]["cpu_ms_per_exec"][row] for c in names], width, color=colour, label=row)
+    a.set_xticks(range(len(names)), [f"{c.split('/')[0]} server, {c.split('/')[1]} in flight" for c in names])
+    a.tick_params(axis="x", labelsize=8)
     a.legend(fontsize=8)
-    a.set_ylabel("client CPU per exec of `true` (ms)")
-    a.set_title(f"192 execs over 8 sandboxes (median of {data['cpu']['rounds']})")
+    a.set_ylabel("driver CPU per exec of `true` (ms)")
+    a.set_title(f"192 execs over 8 sandboxes, warm (median of {data['cpu']['rounds']} rounds)")
     calls = data["calls"]
     a_ours, a_sdk = calls["ours_per_sandbox"], calls["sdk_per_sandbox"]
     methods = sorted(set(a_ours) | set(a_sdk))
@@ -185,44 +214,59 @@ def chart(data: dict[str, Any]) -> Path | None:
     return path
 
 
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 rounds, no lifecycle count")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per cell (even: A B B A), default 4")
+    parser.add_argument("--transports", action="store_true", help="also the issue-26 transport table")
+    return parser.parse_args()
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0] if __doc__ else "")
-    rounds = 1 if args.quick else 5
-    names, skipped = clients()
-    if skipped:
-        print("grpclib rows skipped:", skipped)
-    server, url = start_server()
+    args = parse()
+    rounds = 2 if args.quick else args.rounds
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    servers = {name: start_server(argv) for name, argv in SERVERS.items()}
     try:
-        cpu = cpu_per_exec(url, rounds, 8, 24, names)
+        cpu = matrix({name: url for name, (_, url) in servers.items()}, rounds)
     finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=60)
-    calls = lifecycle_calls(8, 1.0)
-    data = {"cpu": cpu, "calls": calls, "load": os.getloadavg(), "grpclib_skipped": skipped}
+        for proc, _ in servers.values():
+            stop_server(proc)
+    data: dict[str, Any] = {"started": started, "cpu": cpu, "load_after": os.getloadavg()}
+    if args.transports:
+        names, skipped = transport_rows()
+        if skipped:
+            print("grpclib rows skipped:", skipped)
+        proc, url = start_server([*SERVERS["test"][:4], "all", "--until-stdin-closes"])
+        try:
+            data["transports"] = transports(url, rounds, names)
+        finally:
+            stop_server(proc)
+    if not args.quick:
+        data["calls"] = lifecycle_calls(8, 1.0)
+    cells = cpu["cells"]
     data["headline"] = {
-        "cpu_ratio_ours_to_sdk": round(cpu["ratio_ours_to_sdk"], 3),
-        "cpu_ms_per_exec_ours": round(cpu["cpu_ms_per_exec"]["ours"], 3),
-        "cpu_ms_per_exec_sdk": round(cpu["cpu_ms_per_exec"]["sdk"], 3),
-        "cpu_ratio_stream_to_sdk": round(cpu["ratio_stream_to_sdk"], 3),
-        "cpu_ms_per_exec_ours_stream": round(cpu["cpu_ms_per_exec"]["ours-stream"], 3),
-        "cpu_ratio_bare_to_sdk": round(cpu["ratio_bare_to_sdk"], 3),
-        "cpu_ratio_bare_stream_to_sdk": round(cpu["ratio_bare_stream_to_sdk"], 3),
-        "cpu_ratio_bare_sync_stream_to_sdk": round(cpu["ratio_bare_sync_stream_to_sdk"], 3),
-        "cpu_ratio_to_sdk": {c: round(v, 3) for c, v in cpu["ratio_to_sdk"].items()},
-        "cpu_ratio_grpclib_full_path_estimate_to_sdk": cpu["ratio_grpclib_full_path_estimate_to_sdk"],
-        "calls_per_lifecycle_ours": calls["ours_total_per_sandbox"],
-        "calls_per_lifecycle_sdk": calls["sdk_total_per_sandbox"],
+        cell: {
+            "ours_ms": round(c["cpu_ms_per_exec"]["ours"], 3),
+            "sdk_ms": round(c["cpu_ms_per_exec"]["sdk"], 3),
+            "bare_stream_ms": round(c["cpu_ms_per_exec"]["bare-stream"], 3),
+            "ratio_ours_to_sdk": round(c["ratio_ours_to_sdk"], 3),
+            "meets_target": c["meets_target"],
+        }
+        for cell, c in cells.items()
     }
     write_json("coreweave", data)
-    chart(data)
+    if "calls" in data:
+        chart(data)
     print(json.dumps(data["headline"], indent=2))
-    print("cpu ms/exec:", {k: round(v, 3) for k, v in cpu["cpu_ms_per_exec"].items()})
-    print("calls per sandbox, ours:", calls["ours_per_sandbox"])
-    print("calls per sandbox, sdk: ", calls["sdk_per_sandbox"])
-    print("of which system (kernel) ms/exec:", {k: round(v, 3) for k, v in cpu["system_cpu_ms_per_exec"].items()})
-    print("cpu ms/exec samples:", {k: [round(x, 3) for x in v] for k, v in cpu["cpu_ms_samples"].items()})
-    print("load average:", data["load"])
+    for cell, c in cells.items():
+        print(cell, "samples ms:", {r: [round(x, 3) for x in v] for r, v in c["samples_ms"].items()})
+    print("load (1 min) during the runs:", cpu["load_1min"], "after:", data["load_after"])
+    if "transports" in data:
+        print("transports ms/exec:", {k: round(v, 3) for k, v in data["transports"]["cpu_ms_per_exec"].items()})
+    if "calls" in data:
+        print("calls per sandbox, ours:", data["calls"]["ours_per_sandbox"])
+        print("calls per sandbox, sdk: ", data["calls"]["sdk_per_sandbox"])
 
 
 if __name__ == "__main__":
