@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,6 +27,8 @@ from typing import Any
 import anyio
 
 import cwsandbox_async as cwa
+
+from ._test_tree import use_test_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}\s+(\S+)$")
@@ -169,10 +170,17 @@ async def lease_window(
     }
 
 
-async def pool_run(cluster: Any, *, size: int, concurrency: int, seconds: float, nodes: int) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT))
-    from tests.k8s.real import tenant
+def tenant_factory() -> Any:
+    """``tests/k8s/real.py``'s ``tenant`` (not imported as ``tests.k8s``: a dependency's top-level
+    ``tests`` package would win, see ``_test_tree``)."""
+    use_test_tree()
+    from k8s.real import tenant
 
+    return tenant
+
+
+async def pool_run(cluster: Any, *, size: int, concurrency: int, seconds: float, nodes: int) -> dict[str, Any]:
+    tenant = tenant_factory()
     api_pid = next(c.pid for c in cluster.components if c.name == "kube-apiserver")
 
     async def probe() -> tuple[str, float]:
@@ -219,7 +227,7 @@ async def pool_run(cluster: Any, *, size: int, concurrency: int, seconds: float,
 
 async def run(*, size: int, concurrency: int, seconds: float, nodes: int) -> dict[str, Any]:
     """Start a cluster with ``nodes`` nodes, run the pool on it, stop it (on every exit path)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    use_test_tree()
     from cluster.build import locate
     from cluster.cluster import Cluster
 

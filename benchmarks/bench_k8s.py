@@ -47,6 +47,7 @@ from cwsandbox_async.backends.kubernetes._podstate import view
 from cwsandbox_async.testing.contract import make_request, make_spec
 
 from ._common import parse_args, summary, write_json
+from ._test_tree import TESTS, use_test_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "registry.test/bench:1"
@@ -54,7 +55,7 @@ POLL_INTERVAL = 0.2
 
 
 def start_server(ready_delay: float) -> tuple[subprocess.Popen[str], str]:
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); from k8s.server import main; main()"
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); from k8s.server import main; main()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "--ready-delay", str(ready_delay)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
@@ -189,7 +190,7 @@ async def bare_spawn(samples: int) -> dict[str, float]:
     """Baseline: entering the test server's pod container directly (what it does per exec), no API, no wrapper."""
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    use_test_tree()
     from k8s.container import Container
 
     with tempfile.TemporaryDirectory() as tmp:

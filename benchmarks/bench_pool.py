@@ -159,30 +159,14 @@ async def local_available() -> str | None:
 
 
 def chart(results: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Write benchmarks/out/pool.png (``charts.pool_cdf``)."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    panels = [(name, r) for name, r in results.items() if isinstance(r, dict) and "_samples" in r]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
-    for ax, (name, r) in zip(axes[0], panels, strict=True):
-        for label, samples in r["_samples"].items():
-            xs = sorted(s * 1e3 for s in samples)
-            ys = [(i + 1) / len(xs) for i in range(len(xs))]
-            ax.step(xs, ys, where="post", label=label.replace("_", " "))
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("time to first exec (ms, log scale)")
-        ax.set_ylabel("fraction of rollouts")
-        ax.set_title(f"{name}: burst of {r['rollouts']} rollouts")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="lower right")
-    fig.tight_layout()
+    from .charts import pool_cdf
+
+    fig = pool_cdf(results)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    fig.savefig(OUT_DIR / "pool.png", dpi=110)
+    fig.savefig(OUT_DIR / "pool.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -14,7 +14,8 @@ Draws, next to the JSON it reads (matplotlib, Agg backend, no display needed):
 - ``k8s_api_calls.png``   Kubernetes API calls per sandbox lifecycle, watch vs poll (k8s.json)
 - ``soak.png``            driver RSS and fds over a soak run (soak.json)
 
-``pool.png`` is drawn by ``bench_pool`` itself. A chart whose JSON is missing, or
+``pool.png`` (time to first exec, a CDF per pool setup) is drawn by ``pool_cdf`` when
+``bench_pool`` runs: it needs the raw samples, which pool.json does not keep. A chart whose JSON is missing, or
 lacks what the chart needs, is skipped with a message; the exit status is 0
 unless no chart at all could be drawn.
 """
@@ -33,6 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ._common import OUT_DIR
 
@@ -65,32 +67,109 @@ def label_bars(ax: Axes, bars: Any, fmt: str = "{:.1f}") -> None:
         ax.annotate(fmt.format(h), (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom", fontsize=7)
 
 
+def log_axis(ax: Axes) -> None:
+    """A log x axis labelled at 1, 2 and 5 of every decade (a range inside one decade still gets
+    several labels; matplotlib's default labels only the powers of ten), gridlines at every digit."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=tuple(float(d) for d in range(1, 10)), numticks=100))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def legend_below(ax: Axes, columns: int) -> None:
+    """The legend under the axes, outside them (in ``columns`` columns): it can hide no curve."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=columns, fontsize=8, frameon=False)
+
+
+# -- pool ------------------------------------------------------------------------------------
+
+
+def pool_cdf(results: dict[str, Any]) -> Figure:
+    """``pool.png``: per backend, the CDF of each setup's time to first exec (``bench_pool``'s
+    results with their raw ``_samples`` in seconds)."""
+    panels = [(name, r) for name, r in results.items() if isinstance(r, dict) and "_samples" in r]
+    if not panels:
+        raise KeyError("no pool samples")
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.6), squeeze=False)
+    for ax, (name, r) in zip(axes[0], panels, strict=True):
+        for label, samples in r["_samples"].items():
+            xs = sorted(s * 1e3 for s in samples)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", label=label.replace("_", " "))
+        log_axis(ax)
+        ax.set_xlabel("time to first exec (ms, log scale)")
+        ax.set_ylabel("fraction of rollouts")
+        ax.set_title(f"{name}: burst of {r['rollouts']} rollouts")
+        ax.grid(True, which="both", alpha=0.3)
+        legend_below(ax, min(len(r["_samples"]), 3))
+    fig.tight_layout()
+    return fig
+
+
 # -- exec ------------------------------------------------------------------------------------
 
 
+#: bench_exec's one case that compares two different operations: ``run_python("pass")`` in a warm
+#: sandbox (a fork of its warm interpreter) against a new ``python3 -c pass`` on the host.
+RUN_PYTHON_CASE = "run_python pass vs host python3 -c pass"
+
+
 def exec_cases(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [(k, v) for k, v in data.items() if isinstance(v, dict) and "sandbox_ms" in v and "host_ms" in v]
+    """The cases that run the same command in the sandbox and on the host (``name c=N``)."""
+    return [
+        (k, v)
+        for k, v in data.items()
+        if isinstance(v, dict) and "sandbox_ms" in v and "host_ms" in v and k != RUN_PYTHON_CASE
+    ]
 
 
 def exec_latency(data: dict[str, Any]) -> Figure:
+    """The same command through a warm sandbox and as a host subprocess, p50 and p99; beside them,
+    labelled as what they are, ``run_python`` against a new interpreter on the host."""
     cases = exec_cases(data)
     if not cases:
         raise KeyError("no exec cases")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    names = [k.replace(" vs host python3 -c pass", "\nvs python3 -c pass").replace(" c=", "\nc=") for k, _ in cases]
+    extra = data.get(RUN_PYTHON_CASE)
+    fig, axes = plt.subplots(1, 3 if extra else 2, figsize=(18 if extra else 12, 4.8), squeeze=False)
+    names = [k.replace(" c=", "\nc=") for k, _ in cases]
     x = range(len(cases))
-    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+    for ax, q in zip(axes[0], ("p50", "p99"), strict=False):
         ours = [v["sandbox_ms"][q] for _, v in cases]
         host = [v["host_ms"][q] for _, v in cases]
-        b1 = ax.bar([i - 0.2 for i in x], ours, 0.4, label="warm local sandbox", color=SANDBOX)
-        b2 = ax.bar([i + 0.2 for i in x], host, 0.4, label="host subprocess", color=HOST)
+        b1 = ax.bar([i - 0.2 for i in x], ours, 0.4, label="the command in a warm local sandbox", color=SANDBOX)
+        b2 = ax.bar([i + 0.2 for i in x], host, 0.4, label="the same command as a host subprocess", color=HOST)
         label_bars(ax, b1)
         label_bars(ax, b2)
         ax.set_xticks(list(x), names, fontsize=8)
         ax.set_ylabel(f"{q} latency (ms)")
-        ax.set_title(f"exec {q}: warm sandbox vs host subprocess")
+        ax.set_title(f"exec {q}: the same command, sandbox vs host")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        legend_below(ax, 1)
+    if extra:
+        ax = axes[0][2]
+        qs = [q for q in ("p50", "p99") if q in extra["sandbox_ms"] and q in extra["host_ms"]]
+        b1 = ax.bar(
+            [i - 0.2 for i in range(len(qs))],
+            [extra["sandbox_ms"][q] for q in qs],
+            0.4,
+            label='run_python("pass") in a warm sandbox\n(a fork of its warm interpreter)',
+            color=OURS,
+        )
+        b2 = ax.bar(
+            [i + 0.2 for i in range(len(qs))],
+            [extra["host_ms"][q] for q in qs],
+            0.4,
+            label="python3 -c pass on the host\n(a new interpreter)",
+            color=HOST,
+        )
+        label_bars(ax, b1)
+        label_bars(ax, b2)
+        ax.set_xticks(list(range(len(qs))), qs, fontsize=8)
+        ax.set_ylabel("latency (ms)")
+        ax.set_title("two different operations:\nrun_python vs a new interpreter")
+        ax.grid(axis="y", alpha=0.3)
+        legend_below(ax, 1)
     stamp(fig, data)
     return fig
 
