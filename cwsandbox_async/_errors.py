@@ -64,7 +64,9 @@ __all__ = [
     "SandboxError",
     "SandboxExecutionError",
     "SandboxFileError",
+    "SandboxNotFoundError",
     "SandboxNotRunningError",
+    "SandboxNotSupportedError",
     "SandboxTerminatedError",
     "SandboxTimeoutError",
     "SandboxTransportError",
@@ -116,6 +118,20 @@ class SandboxCreationError(SandboxError):
 
 class SandboxNotRunningError(SandboxError):
     """The sandbox is not running (it died, was evicted, or never started)."""
+
+
+class SandboxNotFoundError(SandboxNotRunningError):
+    """No sandbox with that id that this caller may reach (``Session.attach``): unknown, gone, or another
+    user's (which the caller cannot tell apart from unknown). The caller's: ``infrastructure=False``."""
+
+    infrastructure = False
+
+
+class SandboxNotSupportedError(SandboxError, NotImplementedError):
+    """The backend cannot do this (for example ``attach`` on a backend without it, or a sandbox with no
+    agent to attach to). The caller's choice of backend: ``infrastructure=False``."""
+
+    infrastructure = False
 
 
 class SandboxTerminatedError(SandboxNotRunningError):

@@ -351,6 +351,20 @@ class Session:
             )
         return sb
 
+    async def attach(self, sandbox_id: str, *, adopt: bool = False, timeout_seconds: float | None = None) -> Sandbox:
+        """A handle to a sandbox another session or process created (locally: another process of this host
+        user, or any user's for root; see ``Backend.attach``), as the CoreWeave SDK's ``Sandbox.from_id``.
+
+        ``adopt=True`` makes this session its owner: it is stopped when the session closes (and its creator
+        no longer stops it, where the backend can say so, as the local one can). Without it the session's
+        close only lets go of it; ``sb.stop()`` stops it either way. Raises ``SandboxNotFoundError`` for an
+        id this caller cannot reach (unknown, gone, another user's), ``SandboxNotSupportedError`` where the
+        backend cannot attach, ``SandboxTimeoutError`` past ``timeout_seconds`` (default
+        ``operation_timeout_seconds``)."""
+        from ._attach import attach
+
+        return await attach(self, sandbox_id, adopt=adopt, timeout_seconds=timeout_seconds)
+
     async def _destroy_quietly(self, sandbox_id: str, *, expected: bool = False) -> None:
         """Destroy a sandbox by id, shielded, within ``timeouts.stop_seconds`` and the close budget; log a failure
         (at INFO if ``expected``: the backend just said it cannot be reached)."""

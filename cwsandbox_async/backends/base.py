@@ -41,6 +41,10 @@ Rules every implementation follows (``cwsandbox_async.testing.contract`` checks 
   is not an error. It releases every process, pod and file descriptor.
 - ``list`` finds sandboxes by tags (all must match), including ones created by
   other processes of this user that are still alive or were left behind.
+- ``attach`` reaches a sandbox another process created (the same user's, or any for root where the
+  platform has users), by id; the default raises ``SandboxNotSupportedError``. An unknown, dead or
+  foreign id raises ``SandboxNotFoundError``. Without ``adopt`` the backend's ``aclose`` lets go of
+  it without stopping it.
 - ``owns`` says whether this backend instance created a sandbox and has not
   destroyed it; ``sweep`` spares those unless asked (``include_own``). The base
   class's ``sweep`` lists, then destroys one by one; a backend with a bulk delete
@@ -64,7 +68,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
 
-from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
+from .._errors import SandboxNotSupportedError
+from .._types import ExecExit, ExecRequest, SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus, StreamName
 from .._validate import validate_sweep
 from ._shared import destroy_each, sweep_victims
 
@@ -160,6 +165,21 @@ class Backend(abc.ABC):
         can only shorten a lifetime raises ``SandboxValidationError`` for a later end);
         the pool then does not hand that sandbox out. The caller bounds the call.
         """
+
+    async def attach(
+        self, sandbox_id: str, defaults: SandboxDefaults, *, session_id: str, adopt: bool = False
+    ) -> SandboxDefaults:
+        """Reach a sandbox another process or session created, and hold it as if this backend had created it:
+        every call works on it; ``destroy`` stops it. ``adopt``: this backend now owns it (``owns`` is True,
+        ``aclose`` stops it, and its creator no longer does where the backend can say so); without it,
+        ``aclose`` only lets go of it. Returns ``defaults`` with what the backend knows of the sandbox in
+        their place (``tags``, ``working_dir``, ``env``).
+
+        ``SandboxNotFoundError`` for an id this caller cannot reach (unknown, gone, another user's);
+        ``SandboxNotSupportedError`` where the backend cannot attach (this default). The caller bounds it."""
+        raise SandboxNotSupportedError(
+            f"the {self.name} backend cannot attach to a sandbox by id", sandbox_id=sandbox_id
+        )
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release the backend's own resources (connections, watches). Sandboxes are destroyed first."""

@@ -8,11 +8,12 @@ are listed in ``EXIT_CODES`` and in ``cwsandbox-async --help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from .._validate import validate_path, validate_sweep
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
+    from .._session import Session
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -128,7 +130,7 @@ async def cmd_exec(args: argparse.Namespace) -> int:
     defaults = SandboxDefaults().with_overrides(**overrides)
     result: ExecResult | None = None
     error: BaseException | None = None
-    async with _session(args, defaults) as s, s.sandbox() as sb:
+    async with _session(args, defaults) as s, _sandbox(s, args.sandbox_id) as sb:
         if cwd is not None:
             await _check_directory(sb, cwd)
         try:
@@ -152,6 +154,16 @@ async def cmd_exec(args: argparse.Namespace) -> int:
     if result is not None and result.truncated and not args.json:  # --json says "truncated": true
         print(f"{PROG}: {truncation_message(defaults.max_output_bytes)}", file=sys.stderr)
     return code
+
+
+@contextlib.asynccontextmanager
+async def _sandbox(session: Session, sandbox_id: str | None) -> AsyncIterator[Sandbox]:
+    """A fresh sandbox, stopped at the end; or the running one ``sandbox_id`` (attached, left running)."""
+    if sandbox_id is None:
+        async with session.sandbox() as sb:
+            yield sb
+    else:
+        yield await session.attach(sandbox_id)
 
 
 #: Exits 0 in a directory, non-zero (and says why on stderr) elsewhere, on every backend's /bin/sh.

@@ -67,6 +67,7 @@ EPILOG = (
     "  cwsandbox-async doctor\n"
     "  cwsandbox-async exec -- python3 -c 'print(2 + 2)'\n"
     "  cwsandbox-async exec 'echo hi | tr a-z A-Z'      # one argument: a shell command line\n"
+    "  cwsandbox-async exec --id sbx-0123abcd4567 -- ls  # in a running sandbox (see list)\n"
     "  cwsandbox-async list --tag run:abc --json\n"
     "  cwsandbox-async sweep --tag run:abc --older-than 2h\n"
     "  cwsandbox-async --backend kubernetes --namespace rl list\n"
@@ -217,6 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
         "like Sandbox.exec, one argument is a shell command line (/bin/sh -c), several are argv",
     )
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds before the command is killed (default 60)")
+    p.add_argument(
+        "--id",
+        dest="sandbox_id",
+        metavar="SANDBOX_ID",
+        help="run in this running sandbox (Session.attach: another process's, of this user) instead of a fresh "
+        "one; it is left running (exit 125 if there is no such sandbox)",
+    )
     p.add_argument("--cwd", help="the command's working directory inside the sandbox (must exist; exit 2 if not)")
     p.add_argument("--env", action="append", type=key_value, default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--stdin", action="store_true", help="pass this program's stdin to the command")

@@ -63,15 +63,17 @@ import anyio
 from ..._errors import (
     SandboxBackendUnavailableError,
     SandboxCreationError,
+    SandboxNotFoundError,
     SandboxNotRunningError,
     SandboxTerminatedError,
     SandboxValidationError,
 )
 from ..._log import log
-from ..._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from ..._types import ExecExit, ExecRequest, SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
 from ...images import ImageOptions
 from .._shared import DestroyedIds
 from ..base import Backend, OutputCallback
+from ._attach import AttachedRunner
 from ._box import Box
 from ._bwrap import DEFAULT_EXPOSE, find_bwrap, find_python
 from ._cgroup import CgroupManager
@@ -181,6 +183,8 @@ class LocalBackend(Backend):
         self._destroyed = DestroyedIds()
         self._listing = Listing(self.name, self._machine.registry, self._machine.blocking, self._boxes, self._destroyed)
         self._image_logged = False
+        #: Whether a sandbox of this backend was adopted by another process (``_attach``).
+        self._lent = False
         #: What enforced each limit for the last sandbox created (see the module docstring).
         self.limits: dict[str, str] = {}
         if isolation == "none":
@@ -304,6 +308,8 @@ class LocalBackend(Backend):
         """Stop a sandbox and release everything; bounded by the caller's deadline (see ``Backend``)."""
         box = self._boxes.get(sandbox_id)
         if box is not None:
+            if isinstance(box.runner, AttachedRunner):
+                box.runner.stop_on_teardown = True  # asked to: stop it, not only let go of it
             await self._teardown(box)
             return
         if sandbox_id in self._destroyed or not ID_RE.match(sandbox_id):
@@ -323,6 +329,8 @@ class LocalBackend(Backend):
             if box.status is SandboxStatus.RUNNING:
                 box.status = SandboxStatus.TERMINATING
             await box.runner.teardown()
+            if getattr(box.runner, "adopted_away", False):
+                self._lent = True  # that sandbox lives as long as this backend's template: keep it
         finally:
             box.status = SandboxStatus.COMPLETED
             self._boxes.pop(sid, None)
@@ -330,7 +338,38 @@ class LocalBackend(Backend):
             box.stopped.set()
 
     def owns(self, sandbox_id: str) -> bool:
-        return sandbox_id in self._boxes
+        box = self._boxes.get(sandbox_id)
+        return box is not None and not (isinstance(box.runner, AttachedRunner) and not box.runner.adopt)
+
+    # -- attach ------------------------------------------------------------------
+    async def attach(
+        self, sandbox_id: str, defaults: SandboxDefaults, *, session_id: str, adopt: bool = False
+    ) -> SandboxDefaults:
+        """Reach a template-born sandbox another process of this user created (``_attach``): a channel of
+        this process's own to its PID 1. ``adopt``: this process becomes its owner (its ``aclose`` stops it,
+        the creator's no longer does); otherwise ``aclose`` only lets go of it and ``destroy`` stops it.
+
+        ``SandboxNotFoundError`` for an id with no live sandbox of this user (unknown, gone, another
+        user's: this user's registry is the only one read); ``SandboxNotSupportedError`` for one without
+        an agent (the plain and unisolated paths); ``SandboxValidationError`` for a sandbox this backend
+        already holds. Bounded by the caller."""
+        if not ID_RE.match(sandbox_id):
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}", sandbox_id=sandbox_id, infrastructure=False)
+        if sandbox_id in self._boxes:
+            raise SandboxValidationError(f"sandbox {sandbox_id} is already held by this backend")
+        runner = AttachedRunner(SandboxSpec(sandbox_id, session_id, defaults), self._machine, adopt)
+        box = Box(runner.spec, runner)
+        self._boxes[sandbox_id] = box
+        try:
+            await runner.start()
+        except BaseException:
+            self._boxes.pop(sandbox_id, None)
+            if runner.link is not None:
+                runner.link.close()
+            raise
+        box.spec = runner.spec
+        box.status = SandboxStatus.RUNNING
+        return runner.spec.defaults
 
     async def aclose(self) -> None:
         """Destroy every sandbox this backend still holds (concurrently), then stop the template.
@@ -342,4 +381,4 @@ class LocalBackend(Backend):
                 for box in list(self._boxes.values()):
                     tg.start_soon(self._teardown, box)
         finally:
-            await self._setup.aclose()
+            await self._setup.aclose(keep_template=self._lent)

@@ -278,6 +278,10 @@ class AgentChannel:
             raise
         return fd
 
+    def listen(self, fd: int) -> None:
+        """Hand PID 1 the listening socket ``fd`` it accepts attached channels on (``_attach``); owns it."""
+        self.post(p.ORDER.pack(p.O_LISTEN, 0, 0, 0, 0.0, 0.0), [fd])
+
     def _kill(self, rid: int) -> None:
         if self.closed_reason is None:
             self.post(p.ORDER.pack(p.O_KILL, 0, 0, rid, 0.0, 0.0), [])

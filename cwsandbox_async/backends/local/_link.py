@@ -126,6 +126,8 @@ class Link:
         loop = asyncio.get_running_loop()
         loop.add_reader(nb.pidfd, self._on_exit)
         self._watching = True
+        if nb.stderr < 0:  # an attached process has no stderr pipe of PID 1 (``_attach``)
+            return
         err = os.fdopen(nb.stderr, "rb", buffering=0)
         nb.stderr = -1
         self._transport, _ = await loop.connect_read_pipe(lambda: _StderrSide(self.channel), err)

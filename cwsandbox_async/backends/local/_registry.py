@@ -9,7 +9,9 @@ entries). Neither place is visible inside a sandbox.
 
 An entry records the owner (pid and its start time, so a reused pid is not taken
 for the owner), the sandbox's outer process (pid, start time), tags, session id,
-creation time, isolation level and the cgroups created for it. Whether a pid is
+creation time, isolation level, the cgroups created for it, what an attaching process needs of its
+defaults (``defaults``: working directory, environment, CPU budget) and whether its PID 1 listens
+for attaches (``attach``; the socket is ``<sandbox id>.sock`` beside the entry, see ``_attach``). Whether a pid is
 still the same process is decided by its start time in ``/proc/<pid>/stat``.
 """
 
@@ -117,9 +119,15 @@ class Registry:
                 os.unlink(tmp)
             raise SandboxBackendUnavailableError(f"cannot write the registry entry {path}: {exc}") from exc
 
+    def socket_path(self, sandbox_id: str) -> str:
+        """Where the sandbox's PID 1 listens for attaches (``_attach``), next to its entry."""
+        return os.path.join(self.dir, f"{sandbox_id}.sock")
+
     def remove(self, sandbox_id: str) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self._path(sandbox_id))
+        """Remove the entry and its attach socket (missing ones are no error)."""
+        for path in (self._path(sandbox_id), self.socket_path(sandbox_id)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     def read(self, sandbox_id: str) -> dict[str, Any] | None:
         try:

@@ -22,6 +22,9 @@ from ._runners.base import Machine
 from ._template import AGENT_DIR, Template
 from .agent import _imageroot
 
+#: Templates kept after their backend closed, for sandboxes other processes adopted (``Setup.aclose``).
+KEPT_TEMPLATES: list[Template] = []
+
 __all__ = ["Setup"]
 
 
@@ -139,10 +142,17 @@ class Setup:
             found = Setup._probe_cache[key] = await probe(key)
         return found
 
-    async def aclose(self) -> None:
-        """Stop the template (and every sandbox born from it), if one runs; bounded by the caller."""
+    async def aclose(self, *, keep_template: bool = False) -> None:
+        """Stop the template (and every sandbox born from it), if one runs; bounded by the caller.
+
+        ``keep_template``: another process adopted a sandbox born from it (``_attach``), which lives only
+        as long as the template does: the template is kept (``KEPT_TEMPLATES``) until this process exits,
+        when the kernel ends it and that sandbox with it (the template dies with its parent)."""
         if self.template is not None:
             template, self.template = self.template, None
+            if keep_template:
+                KEPT_TEMPLATES.append(template)
+                return
             await template.aclose()
 
     async def describe(self) -> dict[str, Any]:

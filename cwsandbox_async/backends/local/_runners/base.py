@@ -135,6 +135,13 @@ class Machine:
             "host_uid": host_uid,
             "cgroups": list(cgroup.paths) if cgroup else [],
             "workspace": workspace,
+            # What ``_attach`` needs to run commands as this sandbox's creator does (the directory is 0700).
+            "defaults": {
+                "working_dir": spec.defaults.working_dir,
+                "env": dict(spec.defaults.env),
+                "cpu_seconds": spec.defaults.resources.cpu_seconds,
+            },
+            "attach": False,
         }
 
     def rlimits(

@@ -12,7 +12,11 @@ A birth, in order (each step's failure leaves what ``teardown`` can undo, record
    the host pid (``pid``) and its start time into the entry, and sets PID 1's OOM score from
    the host (``hold_oom_score``) before any command exists.
 
-``teardown``: SIGKILL through the pidfd (the sandbox's first process is PID 1 of its pid namespace, so
+Once PID 1 said hello it gets the sandbox's attach socket (``_attach``), bound beside the registry
+entry while the hello was awaited.
+
+``teardown``: unless another process adopted the sandbox (then only this process's channel closes),
+SIGKILL through the pidfd (the sandbox's first process is PID 1 of its pid namespace, so
 the kernel kills everything else in it), wait for the pidfd, remove the cgroups and the registry
 entry in a worker thread. Nothing here opens a deadline of its own: the caller's scope bounds every
 wait.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,7 +35,9 @@ from typing import Any
 import anyio
 
 from ...._errors import SandboxCreationError
+from ...._log import log
 from ...._types import SandboxSpec
+from .._attach_socket import bind_listener
 from .._bwrap import sandbox_env, sandbox_mounts
 from .._evidence import Evidence
 from .._image_run import ImageRun, prepare
@@ -81,6 +88,10 @@ class BornRunner(AgentRunner):
         self.env: dict[str, str] = {}
         #: ``time.monotonic()`` at the end of each step of its birth, the driver's.
         self.stamps: dict[str, float] = {}
+        #: Set by ``teardown`` when another process had adopted the sandbox: it was left running.
+        self.adopted_away = False
+        #: The attach socket until PID 1 has it (``_attach``).
+        self.listener: socket.socket | None = None
         #: Holds the image's layers in the cache while the sandbox lives (``_image_run``).
         self.image_hold = contextlib.AsyncExitStack()
         self.image: ImageRun | None = None
@@ -160,6 +171,9 @@ class BornRunner(AgentRunner):
             self.stamps["hello"] = time.monotonic()
         if channel.hello is None:
             raise await agent_start_error(link, sid)
+        if self.listener is not None:  # PID 1 accepts attaches from now on (``_attach``)
+            channel.listen(self.listener.detach())
+            self.listener = None
         if self.image is not None:
             self.env, self.default_cwd = self.image.env, self.image.working_dir
         else:
@@ -187,7 +201,21 @@ class BornRunner(AgentRunner):
         if self.pid is not None:
             hold_oom_score(self.pid)
             self.entry.update(pid=self.pid, pid_start=proc_start_time(self.pid))
+            try:
+                self.listener = bind_listener(self.machine.registry, self.spec.sandbox_id)
+                self.entry["attach"] = True
+            except OSError as exc:  # the sandbox works; it cannot be attached to
+                log.warning("sandbox cannot be attached to", sandbox_id=self.spec.sandbox_id, error=str(exc))
             self.machine.registry.write(self.entry)
+
+    def _still_owner(self) -> bool:
+        """Worker thread: whether the registry entry still names this process as the owner (another
+        process's ``attach(adopt=True)`` rewrites it); a missing entry counts as ours."""
+        entry = self.machine.registry.read(self.spec.sandbox_id)
+        return entry is None or (entry.get("owner_pid"), entry.get("owner_start")) == (
+            os.getpid(),
+            self.machine.owner_start,
+        )
 
     # -- teardown ----------------------------------------------------------------
     async def teardown(self) -> None:
@@ -209,6 +237,12 @@ class BornRunner(AgentRunner):
         m = self.machine
         link = self.link
         gone = False
+        if self.listener is not None:
+            self.listener.close()
+        if link is not None and self.entry.get("attach") and not await m.blocking(self._still_owner):
+            link.close()  # adopted by another process (``_attach``): it stops the sandbox, and owns its uid
+            self.adopted_away = True
+            return
         if link is not None:
             link.channel.terminating = True
             link.kill()

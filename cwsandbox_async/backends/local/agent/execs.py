@@ -45,7 +45,7 @@ import signal
 import time
 
 from . import child, proctree, protocol
-from .protocol import R_DONE, R_FAIL, REPORT
+from .protocol import R_DONE, R_FAIL, REPORT, RID_MASK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -132,7 +132,9 @@ class Exec:
 
 
 class Execs:
-    """Every exec of the sandbox (see the module docstring). ``send`` writes one report."""
+    """Every exec of the sandbox (see the module docstring). ``send(rid, report)`` writes one report to the
+    channel the order came from (``init``: an exec's ``rid`` is its channel's number above bit 32 and the
+    driver's request id below)."""
 
     def __init__(
         self,
@@ -142,7 +144,7 @@ class Execs:
         joins: list[int],
         oom: Counter,
         sandbox_cpu: proctree.SandboxCpu,
-        send: Callable[[bytes], None],
+        send: Callable[[int, bytes], None],
     ) -> None:
         self.config, self.settings, self.cpus, self.joins = config, settings, cpus, joins
         self.oom, self.sandbox_cpu, self.send = oom, sandbox_cpu, send
@@ -490,7 +492,11 @@ class Execs:
         sandbox: float | None = None,
     ) -> None:
         waited = -1.0 if wait is None else wait
-        self.send(REPORT.pack(kind, note, flags, rid, rc, wall, cpu, waited, -1.0 if sandbox is None else sandbox))
+        # ``rid`` carries its channel above bit 32 (``init``): the report goes there, with the driver's own id.
+        self.send(
+            rid,
+            REPORT.pack(kind, note, flags, rid & RID_MASK, rc, wall, cpu, waited, -1.0 if sandbox is None else sandbox),
+        )
 
     def kill_all(self) -> None:
         """Every exec's tree and every leftover (PID 1 is going away)."""

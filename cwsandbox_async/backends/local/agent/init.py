@@ -10,10 +10,11 @@ It waits in ``poll`` on its channel and on a wake-up pipe written by its ``SIGCH
 timers are the execs' deadlines, their next samples, and the sandbox's max lifetime. As PID 1 of the
 sandbox's pid namespace it is the reaper of everything in it, and no process inside can stop or kill
 it (the kernel drops signals from inside that PID 1 has no handler for; it handles only
-``SIGCHLD``), read its memory or trace it (it is not dumpable; seccomp denies ``ptrace``). It exits
-when the driver closes the channel (then the kernel kills everything else in the sandbox), or at the
-max lifetime. Outside a namespace (``isolation="none"``) it is a child subreaper of its own, and
-kills every descendant before it exits.
+``SIGCHLD``), read its memory or trace it (it is not dumpable; seccomp denies ``ptrace``). With
+``O_LISTEN`` (see ``protocol``) it also serves channels attached later, each with its own request
+ids. It exits when its last channel closes (then the kernel kills everything else in the sandbox),
+or at the max lifetime. Outside a namespace (``isolation="none"``) it is a child subreaper of its
+own, and kills every descendant before it exits.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
 from . import oom, proctree, protocol, sysapi
 from .execs import Exec, Execs
-from .protocol import MAX_ORDER_FDS, O_KILL, O_RUN, ORDER, R_HELLO
+from .protocol import MAX_ORDER_FDS, O_KILL, O_LISTEN, O_RUN, ORDER, R_HELLO
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,14 +41,23 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 _ANCILLARY = socket.CMSG_SPACE(MAX_ORDER_FDS * 4)
+#: ``struct ucred``: the peer's pid, uid, gid (as this pid and user namespace see them).
+_PEERCRED = struct.Struct("=iII")
 
 
 class Init:
     """PID 1's loop (see the module docstring). ``info``: hardening report, cpus, cgroup fds."""
 
     def __init__(self, config: dict[str, Any], settings: Settings, fd: int, info: dict[str, Any]) -> None:
-        self.sock = socket.socket(fileno=fd)
-        self.sock.setblocking(True)
+        first = socket.socket(fileno=fd)
+        first.setblocking(True)
+        #: Its channels by number: 0 is the one it was born with, the others attached (``O_LISTEN``).
+        self.channels: dict[int, socket.socket] = {0: first}
+        self.by_fd: dict[int, int] = {first.fileno(): 0}
+        self.next_channel = 1
+        self.listener: socket.socket | None = None
+        self.poller = select.poll()
+        self.hello = b""
         self.config, self.info = config, info
         ttl = config.get("ttl")
         self.ttl_deadline = time.monotonic() + float(ttl) if ttl else None
@@ -59,7 +70,7 @@ class Init:
             [int(fd) for fd in cgroup.get("cmd_procs") or ()],
             oom.Counter(config.get("oom_files"), None if events is None else int(events)),
             proctree.SandboxCpu(None if usage is None else int(usage)),
-            self.send,
+            self.report,
         )
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
@@ -97,31 +108,53 @@ class Init:
         stamps = self.config.get("stamps")
         if isinstance(stamps, dict):  # a born sandbox: when each step of its birth ended (monotonic)
             hello["stamps"] = {**stamps, "hello": time.monotonic()}
-        self.send(bytes([R_HELLO]) + json.dumps(hello, separators=(",", ":")).encode())
+        self.hello = bytes([R_HELLO]) + json.dumps(hello, separators=(",", ":")).encode()
+        self.report(0, self.hello)
 
-    def send(self, data: bytes) -> None:
-        """One message to the driver (a full channel waits for it: only the driver reads it)."""
+    def report(self, rid: int, data: bytes) -> None:
+        """One message to the channel whose number is ``rid``'s bits above 32 (a full channel waits for
+        its driver). A channel that is gone drops it; one that fails is closed (``drop``)."""
+        number = rid >> 32
+        sock = self.channels.get(number)
+        if sock is None:
+            return
         try:
-            self.sock.send(data, socket.MSG_NOSIGNAL)
-        except OSError:  # the driver is gone: so is everything here
+            sock.send(data, socket.MSG_NOSIGNAL)
+        except OSError:  # that driver is gone
+            self.drop(number)
+
+    def drop(self, number: int) -> None:
+        """A channel closed: kill the execs it ordered; with no channel left, exit (``shutdown``)."""
+        sock = self.channels.pop(number, None)
+        if sock is None:
+            return
+        self.by_fd.pop(sock.fileno(), None)
+        self.poller.unregister(sock)
+        sock.close()
+        for rid in [r for r in self.execs.execs if r >> 32 == number]:
+            self.execs.kill(rid)
+        if not self.channels:
             self.shutdown()
 
     def serve(self) -> NoReturn:
         self.setup()
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
+        poller = self.poller
+        for sock in self.channels.values():
+            poller.register(sock, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
-        sock = self.sock.fileno()
         while True:
             wake = self.execs.next_deadline()
             if self.ttl_deadline is not None:
                 wake = self.ttl_deadline if wake is None else min(wake, self.ttl_deadline)
             wait_ms = None if wake is None else max(0, int((wake - time.monotonic()) * 1000) + 1)
             for fd, _ in poller.poll(wait_ms):
-                if fd == sock:
-                    if not self.on_orders():
-                        self.shutdown()
-                else:
+                number = self.by_fd.get(fd)
+                if number is not None:
+                    if not self.on_orders(number):
+                        self.drop(number)
+                elif self.listener is not None and fd == self.listener.fileno():
+                    self.accept()
+                elif fd == self.wake_r:
                     _drain(self.wake_r)
                     self.execs.reap()
             now = time.monotonic()
@@ -130,11 +163,45 @@ class Init:
                 self.shutdown()
             self.execs.tick(now)
 
-    def on_orders(self) -> bool:
-        """Read every waiting order; False when the driver closed the channel."""
+    def listen(self, fds: list[int]) -> None:
+        """``O_LISTEN``: accept channels on the one socket it carries (once; see ``protocol``)."""
+        if self.listener is not None or len(fds) != 1:
+            _close(fds)
+            return
+        try:
+            listener = socket.socket(fileno=fds[0])
+        except OSError:
+            _close(fds)
+            return
+        listener.setblocking(False)
+        self.listener = listener
+        self.poller.register(listener, select.POLLIN)
+
+    def accept(self) -> None:
+        """A new channel (an attach): refused when its peer is a process of this pid namespace."""
+        assert self.listener is not None
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:  # gone before it was accepted, or out of descriptors: that attach fails
+            return
+        if os.getpid() == 1:
+            peer = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            if _PEERCRED.unpack(peer)[0] != 0:  # the peer's pid is visible here: it is inside the sandbox
+                conn.close()
+                return
+        conn.setblocking(True)
+        number, self.next_channel = self.next_channel, self.next_channel + 1
+        self.channels[number] = conn
+        self.by_fd[conn.fileno()] = number
+        self.poller.register(conn, select.POLLIN)
+        self.report(number << 32, self.hello)
+
+    def on_orders(self, number: int) -> bool:
+        """Read every waiting order of channel ``number``; False when its driver closed it."""
+        sock = self.channels[number]
         while True:
             try:
-                data, ancillary, mflags, _ = self.sock.recvmsg(
+                data, ancillary, mflags, _ = sock.recvmsg(
                     ORDER.size, _ANCILLARY, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT
                 )
             except BlockingIOError:
@@ -150,11 +217,14 @@ class Init:
                 continue
             kind, mode, flags, rid, timeout, budget = ORDER.unpack(data)
             if kind == O_RUN:
-                self.execs.submit(Exec(rid, mode, flags, timeout, budget, fds))
+                self.execs.submit(Exec((number << 32) | rid, mode, flags, timeout, budget, fds))
+                continue
+            if kind == O_LISTEN and number == 0:
+                self.listen(fds)
                 continue
             _close(fds)
             if kind == O_KILL:
-                self.execs.kill(rid)
+                self.execs.kill((number << 32) | rid)
 
     def shutdown(self) -> NoReturn:
         """Exit: as PID 1 the kernel then kills the rest; otherwise kill every descendant first."""

@@ -14,6 +14,12 @@ Driver -> PID 1, ``ORDER`` (kind, mode, flags, request id, timeout s, CPU budget
   ``F_EXCLUSIVE``: every other process of the sandbox is killed first, nothing starts beside it.
   A timeout or budget of 0 means none.
 - ``O_KILL``: kill that exec's process tree (the driver gave up on it, or its output hit the cap).
+- ``O_LISTEN`` with one fd, a listening ``SOCK_SEQPACKET`` socket (bound by the driver in its 0700
+  state directory, where no process of the sandbox can reach it): PID 1 accepts connections on it,
+  each a channel of its own (attach, ``_attach``), sends it ``HELLO`` and serves its orders; reports
+  go to the channel an order came from. Only on the first channel, once. A connection from a process
+  of the sandbox's own pid namespace is refused (its peer pid is not 0). PID 1 exits when its last
+  channel closes.
 
 The request memfd holds ``pack_request(cwd, argv, env, raw)`` for a command (``raw`` empty) or
 Python (``argv`` empty, ``raw`` the source): NUL-separated fields, which the child splits with one
@@ -55,6 +61,10 @@ MAX_BIRTH_CONFIG = 1 << 14
 
 O_RUN = 1
 O_KILL = 2
+O_LISTEN = 3
+
+#: The driver's request id in PID 1's exec ids (which carry their channel's number above it).
+RID_MASK = 0xFFFFFFFF
 
 M_EXEC = 0
 M_PYTHON = 1
