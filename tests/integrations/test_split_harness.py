@@ -343,3 +343,10 @@ async def test_a_big_table_at_the_top_level_reaches_the_tests(local_only: None) 
     tests = "assert len(SIEVE) == 40 << 20 and SIEVE[7] == 1 and SQUARES[999] == 998001\n" + TESTS
     rewards, verdicts = await score([code], [tests])
     assert rewards == [1.0], verdicts
+
+
+async def test_an_answer_past_the_old_64_mib_frame_arrives_whole(local_only: None) -> None:
+    """The pipe carries up to 256 MiB per message (``MAX_FRAME``); the old 64 MiB cap lost this right answer."""
+    code = "def f():\n    return 'ab' * (40 << 20)\n"  # 80 MiB on the wire
+    rewards, verdicts = await score([code], ["r = f()\nassert len(r) == 80 << 20 and r[-3:] == 'bab'\n"])
+    assert rewards == [1.0], verdicts
