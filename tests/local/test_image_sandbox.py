@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import pytest
-from adversarial.test_supervisor import ATTACKS, supervisor_state
+from adversarial.test_supervisor import ATTACKS, HOG_INOTIFY, inotify_instances, supervisor_state
 from guards import HANG_GUARD_SECONDS
 from images.build import Entry, busybox_layer, make_image
 from images.conftest import registry  # noqa: F401  (the fixture: a real registry on 127.0.0.1)
@@ -153,16 +154,22 @@ async def test_no_command_as_the_images_root_can_change_the_supervisor(session: 
     results = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
     assert results and all(v == "EPERM" for v in results.values()), results
     assert supervisor_state(pid) == before
+    ping_range = (await sb.exec(["cat", "/proc/sys/net/ipv4/ping_group_range"])).stdout
     escapes = await _sh(
         sb,
         "kill -9 1; echo 0 > /proc/1/oom_score_adj; echo 0 > /proc/self/oom_score_adj;"
         " busybox mount -t tmpfs x /app; busybox umount -l /proc; busybox chroot /app /bin/sh -c true;"
-        " echo 1 > /proc/sys/kernel/shm_rmid_forced; busybox unshare -U true; echo done",
+        " echo 1 > /proc/sys/kernel/shm_rmid_forced; echo '0 0' > /proc/sys/net/ipv4/ping_group_range;"
+        " echo x > /sys/kernel/uevent_helper; busybox unshare -U true; echo done",
     )
     assert escapes.stdout == "done\n", escapes
     errors = escapes.stderr
-    for refused in ("oom_score_adj", "mount", "umount", "chroot", "shm_rmid_forced", "unshare"):
+    # ping_group_range: the sandbox's root is uid 0 of the user namespace that owns its network namespace
+    # (refused: EACCES from the kernel, and /proc/sys is read-only besides)
+    refused_all = ("oom_score_adj", "mount", "umount", "chroot", "shm_rmid_forced", "ping_group_range", "uevent_helper")
+    for refused in (*refused_all, "unshare"):
         assert refused in errors, (refused, errors)
+    assert (await sb.exec(["cat", "/proc/sys/net/ipv4/ping_group_range"])).stdout == ping_range
     assert (await sb.exec(["echo", "alive"])).stdout == "alive\n"
 
 
@@ -206,3 +213,21 @@ async def test_a_pull_failure_is_image_pull_error_and_leaves_nothing(
     assert down.value.infrastructure is True
     assert await session.backend.list(tags) == before
     assert not session.backend._boxes  # type: ignore[attr-defined]
+
+
+async def test_image_sandboxes_share_a_host_uid_but_not_their_per_user_limits(session: cwa.Session, refs: Refs) -> None:
+    """A root driver runs every image sandbox as one host uid (``_host_uids``): the kernel counts inotify
+    instances per user at every level of nested user namespaces, so one image sandbox holding all it may
+    must still leave a neighbour image sandbox, and the driver, a full share of their own."""
+    victim, neighbour = await session.sandbox(image=refs.root), await session.sandbox(image=refs.root)
+    hog = HOG_INOTIFY.replace("print(len(held), flush=True)", "open('/tmp/held', 'w').write(str(len(held)))")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: victim.run_python(hog, timeout_seconds=HANG_GUARD_SECONDS))
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            while not (held := (await victim.exec(["cat", "/tmp/held"])).stdout):  # noqa: ASYNC110 (a file in the sandbox)
+                await anyio.sleep(0.05)
+        assert 0 < int(held) <= 16
+        assert inotify_instances(8) == 8  # the driver's own
+        r = await neighbour.run_python(HOG_INOTIFY.replace("time.sleep(30)", ""), timeout_seconds=HANG_GUARD_SECONDS)
+        assert int(r.stdout) == int(held)  # the neighbour gets a full share of its own
+        tg.cancel_scope.cancel()

@@ -111,7 +111,7 @@ def _lookup(layers: tuple[Path, ...], path: str, name: str) -> list[str] | None:
     """The ``name:...`` line of ``path`` in the topmost layer that has that file, split on ``:``."""
     for layer in reversed(layers):
         file = layer / path
-        if file.is_symlink() or not file.is_file():
+        if (layer / "etc").is_symlink() or file.is_symlink() or not file.is_file():  # never a host file
             continue
         try:
             text = file.read_text("utf-8", "replace")

@@ -65,7 +65,10 @@ def build(image: dict[str, Any], owner: int, spawner: str | None) -> None:
     options = f"userxattr,lowerdir={lowers},upperdir={upper},workdir={work}"
     if len(options) > MAX_OPTIONS:
         raise OSError(0, f"the image has too many layers to mount ({len(image['layers'])})")
-    os.chdir(LAYERS)  # the lowers by relative name: more of them fit in one page of options
+    try:
+        os.chdir(LAYERS)  # the lowers by relative name: more of them fit in one page of options
+    except PermissionError as exc:  # a root driver whose kernel refused the idmapped layers (template's stderr)
+        raise OSError(exc.errno, "the image layers are not readable in the sandbox (no idmapped mount)") from None
     try:
         _rootfs.mount("overlay", root, "overlay", _rootfs.MS_NOSUID | _rootfs.MS_NODEV, options)
     finally:
