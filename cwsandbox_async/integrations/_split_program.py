@@ -15,7 +15,10 @@ fresh nonce on stdin. Two processes:
   as plain data, which T compares with its own ``==``. Names the tests' namespace
   never takes: one that is a builtin's name (the tests always see Python's
   builtins), one bound to a module that is not on ``SAFE_MODULES`` (T imports only
-  those, by its own fixed names; never a name the candidate chose). It writes the
+  those, by its own fixed names; never a name the candidate chose); and a name that
+  is a ``SAFE_MODULES`` module's own (``math``) is always that module, whatever the
+  candidate bound to it (tests that use ``math`` without importing it, as MBPP's do,
+  get the real one). T notes on stderr each such name the tests use. It writes the
   verdict, with the nonce, as the last line of stdout, and exits.
 - **C** (the candidate's process) has ``/dev/null`` as stdin and the exec's stderr
   as its stdout; it never held the nonce or the tests. It compiles the candidate
@@ -664,10 +667,15 @@ def _cwsandbox_split() -> None:
         refused: list[str] = []
         for entry in first.get("ready", []):
             name, what, value = (str(entry[0]), entry[1], entry[2]) if len(entry) == 3 else ("__", "", None)
+            module = {"posixpath": "os.path"}.get(str(value), str(value)) if what == "M" else ""
             if name.startswith("__") or name in builtins.__dict__:
                 refused.append(f"{name} (a builtin's name: the tests see the builtin)")
+            elif name in SAFE_MODULES:  # a standard module's own name (MBPP's `math.isclose`): only that module
+                __import__(name)
+                namespace[name] = sys.modules[name]
+                if module != name:
+                    refused.append(f"{name} (the program's is not the module {name}: the tests get the module)")
             elif what == "M":
-                module = {"posixpath": "os.path"}.get(str(value), str(value))
                 if module in SAFE_MODULES:
                     __import__(module)
                     namespace[name] = sys.modules[module]

@@ -208,14 +208,18 @@ async def test_a_builtins_name_in_the_program_never_shadows_the_builtin_for_the_
 async def test_names_the_tests_import_are_theirs_not_the_programs(local_only: None) -> None:
     fake_math = "class math:\n    @staticmethod\n    def isclose(a, b, **k):\n        return True\n    sqrt = abs\n"
     wrong = "def area(r):\n    return 1.0\n"
-    codes = [fake_math + wrong, fake_math + wrong, "import math\ndef area(r):\n    return math.pi * r * r\n"]
+    right = "import math\ndef area(r):\n    return math.pi * r * r\n"
+    codes = [fake_math + wrong, fake_math + wrong, fake_math + wrong, right]
+    mbpp = "assert math.isclose(area(2), 12.566, rel_tol=1e-3)\n"  # MBPP style: `math` from the program's import
     tests = [
         "import math\nassert math.isclose(area(2), 12.566, rel_tol=1e-3)\n",
         "from math import isclose\nassert isclose(area(2), 12.566, rel_tol=1e-3)\n",
-        "assert math.isclose(area(2), 12.566, rel_tol=1e-3)\n",  # MBPP style: `math` from the program's import
+        mbpp,
+        mbpp,
     ]
     rewards, verdicts = await score(codes, tests)
-    assert rewards == [0.0, 0.0, 1.0], [(v.kind, v.reason) for v in verdicts]
+    assert rewards == [0.0, 0.0, 0.0, 1.0], [(v.kind, v.reason) for v in verdicts]
+    assert "math (the program's is not the module math: the tests get the module)" in verdicts[2].stderr_tail
 
 
 #: Run in the tests' process, this finds the nonce in its frames and writes a pass.
