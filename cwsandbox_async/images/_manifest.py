@@ -67,7 +67,7 @@ class ImageConfig:
     user: str = ""
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
     stop_signal: str = ""
     diff_ids: tuple[str, ...] = ()
     platform: Platform = field(default_factory=Platform)

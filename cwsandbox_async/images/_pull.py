@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import anyio
 import anyio.from_thread
@@ -41,6 +42,8 @@ from ._unpack import UnpackLimits, unpack_layer
 __all__ = ["Puller", "image_from_record"]
 
 _MAX_INDEX_DEPTH = 2
+#: An image config is a small JSON document; a bigger one is refused before it is fetched.
+MAX_CONFIG_BYTES = 8 * 2**20
 
 
 def image_from_record(cache: Cache, record: ImageRecord) -> Image:
@@ -90,11 +93,11 @@ class Puller:
         self._on_progress = on_progress
         self._counts = _Counts()
 
-    def _report(self, event: str) -> None:
+    def _report(self, event: Literal["download", "layer", "done"]) -> None:
         if self._on_progress is not None:
             c = self._counts
             self._on_progress(
-                PullProgress(str(self._reference), event, c.downloaded, c.download_total, c.ready, c.total)  # type: ignore[arg-type]
+                PullProgress(str(self._reference), event, c.downloaded, c.download_total, c.ready, c.total)
             )
 
     async def _resolve(self) -> tuple[Endpoint, bytes, str]:
@@ -132,6 +135,13 @@ class Puller:
         manifest = parse_manifest(body)
         if digest is None:
             digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if manifest.config.size > MAX_CONFIG_BYTES:
+            raise ImagePullError(
+                f"{self._reference}: the image config announces {manifest.config.size} bytes"
+                f" (more than {MAX_CONFIG_BYTES})",
+                reference=str(self._reference),
+                infrastructure=False,
+            )
         await self._blob(endpoint, manifest.config, None)
         config = parse_config(self._cache.blob_path(manifest.config.digest).read_bytes())
         if len(config.diff_ids) != len(manifest.layers):
