@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cwsandbox_async import ImagePullError
-from cwsandbox_async.images import ImageOptions, Platform, PullProgress, cached, list_images, pull
+from cwsandbox_async.images import ImageOptions, Platform, PullProgress, cached, list_images, pull, tqdm_progress
 from images.conftest import Images
 from images.servers import FaultProxy, Registry, free_port
 
@@ -216,3 +216,14 @@ async def test_a_manifest_that_is_not_its_digest_is_refused(
     assert info.value.infrastructure is True
     assert "not the sha256:" in str(info.value)
     _nothing_kept(options.cache_dir)
+
+
+async def test_a_tqdm_bar_follows_the_pull(
+    registry: Registry, images: Images, options: ImageOptions, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("tqdm", reason="the progress extra is not installed")
+    bar = tqdm_progress("busybox")
+    assert bar is not None
+    await pull(f"{registry.host}/test/layered:v1", options, on_progress=bar)
+    drawn = capsys.readouterr().err
+    assert "busybox" in drawn and "layers 2/2" in drawn
