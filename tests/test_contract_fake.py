@@ -17,3 +17,9 @@ class TestFakeBackendContract(BackendContract):
         yield b
         await b.aclose()
         assert b.live == 0
+
+    @pytest.fixture
+    async def peer(self, backend: FakeBackend) -> AsyncIterator[FakeBackend]:
+        b = FakeBackend(seed=2, world=backend.world)  # another process's view of the same sandboxes
+        yield b
+        await b.aclose()

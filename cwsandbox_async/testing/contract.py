@@ -27,7 +27,14 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from .._errors import SandboxError, SandboxFileError, SandboxNotRunningError, SandboxValidationError
+from .._errors import (
+    SandboxError,
+    SandboxFileError,
+    SandboxNotFoundError,
+    SandboxNotRunningError,
+    SandboxNotSupportedError,
+    SandboxValidationError,
+)
 from .._types import ExecExit, ExecRequest, SandboxDefaults, SandboxSpec, SandboxStatus, StreamName
 from ..backends.base import Backend
 
@@ -48,6 +55,8 @@ def make_request(
     timeout: float = 30.0,
     max_output: int = 1 << 20,
 ) -> ExecRequest:
+    """An ``ExecRequest`` for a backend's ``exec``: ``argv`` as given, run in ``cwd`` with ``env``
+    (nothing inherited), ``timeout`` seconds and ``max_output`` bytes per stream."""
     return ExecRequest(
         argv=argv, cwd=cwd, env=env or {}, stdin=stdin, timeout_seconds=timeout, max_output_bytes=max_output
     )
@@ -62,6 +71,16 @@ class BackendContract:
     call_timeout: float = 30.0
     #: Seconds past an exec's own timeout before the suite calls the backend stuck.
     exec_grace: float = 15.0
+
+    #: Whether its sandboxes can be attached to (``Backend.attach``); False: ``attach`` raises
+    #: ``SandboxNotSupportedError`` for them.
+    attachable: bool = True
+
+    @pytest.fixture
+    def peer(self) -> Backend | None:
+        """A second backend of the same kind that sees the sandboxes of ``backend`` as another process of the
+        same user would (for ``attach``). None (this default): the attach tests are skipped. Override it."""
+        return None
 
     @pytest.fixture
     def tag(self) -> str:
@@ -225,3 +244,57 @@ class BackendContract:
                 await backend.read_file(sid, "/workspace/big.txt", 1024)
             with pytest.raises(SandboxError):
                 await backend.read_file(sid, "/workspace", 1024)
+
+    # -- attach ------------------------------------------------------------------
+    async def test_attach_reaches_another_backends_sandbox_and_its_close_lets_go(
+        self, backend: Backend, peer: Backend | None, tag: str
+    ) -> None:
+        if peer is None:
+            pytest.skip("no peer backend given (the ``peer`` fixture)")
+        async with self.sandbox(backend, tag, env={"FROM_CREATOR": "yes"}) as sid:
+            if not self.attachable:
+                with pytest.raises(SandboxNotSupportedError), anyio.fail_after(self.call_timeout):
+                    await peer.attach(sid, SandboxDefaults(), session_id="peer")
+                return
+            with anyio.fail_after(self.call_timeout):
+                got = await peer.attach(sid, SandboxDefaults(), session_id="peer")
+            assert tag in got.tags and got.env.get("FROM_CREATOR") == "yes"
+            with anyio.fail_after(self.call_timeout):
+                await peer.write_file(sid, "/workspace/from-peer.txt", b"peer")
+                assert await backend.read_file(sid, "/workspace/from-peer.txt", 1024) == b"peer"
+            ex = await self.run(peer, sid, "echo", "attached")
+            assert (ex.returncode, ex.stdout) == (0, b"attached\n")
+            assert not peer.owns(sid)
+            with anyio.fail_after(self.call_timeout):
+                await peer.aclose()  # not adopted: it lets go, the sandbox runs on
+            assert (await self.run(backend, sid, "true")).returncode == 0
+        await self.assert_none_left(backend, tag)
+
+    async def test_attach_adopted_is_owned_and_stopped_by_the_adopter(
+        self, backend: Backend, peer: Backend | None, tag: str
+    ) -> None:
+        if peer is None or not self.attachable:
+            pytest.skip("this backend cannot attach (checked by the test above)")
+        async with self.sandbox(backend, tag) as sid:
+            with anyio.fail_after(self.call_timeout):
+                await peer.attach(sid, SandboxDefaults(), session_id="peer", adopt=True)
+            assert peer.owns(sid)
+            with anyio.fail_after(self.call_timeout):
+                await backend.destroy(sid)  # its creator's stop: it no longer owns it
+            assert (await self.run(peer, sid, "true")).returncode == 0
+            with anyio.fail_after(self.call_timeout):
+                await peer.destroy(sid)
+                assert (await backend.status(sid)).is_terminal
+        await self.assert_none_left(backend, tag)
+
+    async def test_attach_to_an_unknown_or_stopped_id_is_not_found(
+        self, backend: Backend, peer: Backend | None, tag: str
+    ) -> None:
+        if peer is None or not self.attachable:
+            pytest.skip("this backend cannot attach (checked above)")
+        with pytest.raises(SandboxNotFoundError), anyio.fail_after(self.call_timeout):
+            await peer.attach("sbx-000000000000", SandboxDefaults(), session_id="peer")
+        async with self.sandbox(backend, tag) as sid:
+            pass
+        with pytest.raises(SandboxNotFoundError), anyio.fail_after(self.call_timeout):
+            await peer.attach(sid, SandboxDefaults(), session_id="peer")

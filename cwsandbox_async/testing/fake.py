@@ -39,10 +39,11 @@ import anyio
 from .._errors import (
     SandboxCreationError,
     SandboxFileError,
+    SandboxNotFoundError,
     SandboxNotRunningError,
     SandboxTransportError,
 )
-from .._types import ExecExit, ExecRequest, SandboxInfo, SandboxSpec, SandboxStatus
+from .._types import ExecExit, ExecRequest, SandboxDefaults, SandboxInfo, SandboxSpec, SandboxStatus
 from ..backends.base import Backend, OutputCallback
 
 __all__ = ["ExecHandler", "FakeBackend", "Faults", "Latency"]
@@ -116,6 +117,8 @@ class _FakeSandbox:
     ready: bool = False
     #: Execs running now, each with the scope that kills it (an exclusive exec kills the others).
     running: dict[object, anyio.CancelScope] = field(default_factory=dict)
+    #: ``id()`` of the backend instance that owns it (its creator, or the last to adopt it).
+    owner: int = 0
 
 
 class FakeBackend(Backend):
@@ -177,7 +180,7 @@ class FakeBackend(Backend):
 
     # -- contract --------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> None:
-        sb = _FakeSandbox(spec=spec, created_at=time.time())
+        sb = _FakeSandbox(spec=spec, created_at=time.time(), owner=id(self))
         self.world[spec.sandbox_id] = sb
         self._own.add(spec.sandbox_id)
         self.created += 1
@@ -368,12 +371,31 @@ class FakeBackend(Backend):
         await self._sleep(self.exec_latency)
         sb.files[path] = data
 
+    async def attach(
+        self, sandbox_id: str, defaults: SandboxDefaults, *, session_id: str, adopt: bool = False
+    ) -> SandboxDefaults:
+        """A sandbox of this world another instance created (``Backend.attach``); ``SandboxNotFoundError``
+        for one that is not alive and ready here. ``adopt``: this instance owns it, and its creator's
+        ``destroy`` only lets go of it."""
+        await self._sleep(self.exec_latency)
+        sb = self.world.get(sandbox_id)
+        if sb is None or not sb.alive or not sb.ready:
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id}", sandbox_id=sandbox_id, infrastructure=False)
+        if adopt:
+            sb.owner = id(self)
+            self._own.add(sandbox_id)
+        d = sb.spec.defaults
+        return dataclasses.replace(defaults, tags=d.tags, working_dir=d.working_dir, env=dict(d.env))
+
     async def destroy(self, sandbox_id: str) -> None:
+        created_here = sandbox_id in self._own
         self._own.discard(sandbox_id)
         sb = self.world.get(sandbox_id)
         if sb is None or not sb.alive:
             self.world.pop(sandbox_id, None)
             return
+        if created_here and sb.owner != id(self):
+            return  # another instance adopted it: let go of it
         await self._sleep(self.destroy_latency)
         f = self.faults
         if self._chance(f.lost_delete):

@@ -21,6 +21,12 @@ class TestLocalBackendContract(BackendContract):
         await b.aclose()
         assert b._boxes == {}
 
+    @pytest.fixture
+    async def peer(self) -> AsyncIterator[LocalBackend]:
+        b = LocalBackend()  # the same registry: another process's view (an attach opens a channel of its own)
+        yield b
+        await b.aclose()
+
 
 @requires_isolation
 class TestOneHostUidContract(BackendContract):
@@ -33,12 +39,26 @@ class TestOneHostUidContract(BackendContract):
         await b.aclose()
         assert b.isolation == "unshare" and b._boxes == {} and not b._ids.ranged
 
+    @pytest.fixture
+    async def peer(self) -> AsyncIterator[LocalBackend]:
+        b = LocalBackend(isolation="unshare", host_uid=None)
+        yield b
+        await b.aclose()
+
 
 @requires_isolation
 class TestPlainExecContract(BackendContract):
+    attachable = False  # no agent: nothing to attach to
+
     @pytest.fixture
     async def backend(self) -> AsyncIterator[LocalBackend]:
         b = LocalBackend(agent="plain")
         yield b
         await b.aclose()
         assert b._boxes == {}
+
+    @pytest.fixture
+    async def peer(self) -> AsyncIterator[LocalBackend]:
+        b = LocalBackend(agent="plain")
+        yield b
+        await b.aclose()

@@ -128,7 +128,12 @@ class AttachedRunner(AgentRunner):
             ),
         )
         if self.adopt:
-            entry.update(owner_pid=os.getpid(), owner_start=m.owner_start, session_id=self.spec.session_id)
+            entry.update(
+                owner_pid=os.getpid(),
+                owner_start=m.owner_start,
+                owner_token=m.owner_token,
+                session_id=self.spec.session_id,
+            )
             await m.blocking(m.registry.write, entry)
         return {}
 

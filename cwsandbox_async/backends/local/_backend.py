@@ -82,7 +82,7 @@ from ._leftover import destroy_leftover
 from ._listing import ID_RE, Listing
 from ._options import LocalOptions, check_options
 from ._priority import cpu_priority
-from ._registry import Registry, proc_start_time
+from ._registry import Registry, pid_alive, proc_start_time
 from ._runners.base import Machine, Runner
 from ._runners.born import BornRunner
 from ._runners.host import HostAgentRunner
@@ -183,8 +183,8 @@ class LocalBackend(Backend):
         self._destroyed = DestroyedIds()
         self._listing = Listing(self.name, self._machine.registry, self._machine.blocking, self._boxes, self._destroyed)
         self._image_logged = False
-        #: Whether a sandbox of this backend was adopted by another process (``_attach``).
-        self._lent = False
+        #: PID 1 (pid, start time) of the sandboxes of this backend another process adopted (``_attach``).
+        self._lent: list[tuple[int | None, object]] = []
         #: What enforced each limit for the last sandbox created (see the module docstring).
         self.limits: dict[str, str] = {}
         if isolation == "none":
@@ -329,8 +329,8 @@ class LocalBackend(Backend):
             if box.status is SandboxStatus.RUNNING:
                 box.status = SandboxStatus.TERMINATING
             await box.runner.teardown()
-            if getattr(box.runner, "adopted_away", False):
-                self._lent = True  # that sandbox lives as long as this backend's template: keep it
+            if getattr(box.runner, "adopted_away", False):  # it lives as long as this backend's template
+                self._lent.append((box.runner.pid, getattr(box.runner, "entry", {}).get("pid_start")))
         finally:
             box.status = SandboxStatus.COMPLETED
             self._boxes.pop(sid, None)
@@ -381,4 +381,5 @@ class LocalBackend(Backend):
                 for box in list(self._boxes.values()):
                     tg.start_soon(self._teardown, box)
         finally:
-            await self._setup.aclose(keep_template=self._lent)
+            lent = await self._machine.blocking(lambda: any(pid_alive(pid, start) for pid, start in self._lent))
+            await self._setup.aclose(keep_template=lent)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...._errors import SandboxCreationError, SandboxNotRunningError
@@ -90,6 +91,9 @@ class Machine:
     preload: tuple[str, ...]
     #: Where images come from and are cached (``_image_run``).
     image_options: ImageOptions | None = None
+    #: This backend's own identity in registry entries (``owner_token``): which of the backends of one
+    #: process owns a sandbox (``_attach``'s adopt rewrites it).
+    owner_token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def layout(self, spec: SandboxSpec, tmp_host: str | None = None, workspace_host: str | None = None) -> Layout:
         d = spec.defaults
@@ -127,6 +131,7 @@ class Machine:
             "created_at": created_at,
             "owner_pid": os.getpid(),
             "owner_start": self.owner_start,
+            "owner_token": self.owner_token,
             "pid": None,
             "pid_start": None,
             "exe": exe,

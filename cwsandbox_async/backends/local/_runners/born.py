@@ -212,10 +212,9 @@ class BornRunner(AgentRunner):
         """Worker thread: whether the registry entry still names this process as the owner (another
         process's ``attach(adopt=True)`` rewrites it); a missing entry counts as ours."""
         entry = self.machine.registry.read(self.spec.sandbox_id)
-        return entry is None or (entry.get("owner_pid"), entry.get("owner_start")) == (
-            os.getpid(),
-            self.machine.owner_start,
-        )
+        m = self.machine
+        owner = (entry.get("owner_pid"), entry.get("owner_start"), entry.get("owner_token")) if entry else None
+        return owner is None or owner == (os.getpid(), m.owner_start, m.owner_token)
 
     # -- teardown ----------------------------------------------------------------
     async def teardown(self) -> None:
