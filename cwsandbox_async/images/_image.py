@@ -15,9 +15,9 @@ __all__ = ["CachedImage", "Image", "PruneResult"]
 class Image:
     """A pulled image, ready in the cache.
 
-    ``layers`` are the unpacked layer directories, **bottom first** (overlayfs's ``lowerdir``
-    lists them top first: pass ``reversed(image.layers)``); they are shared with other images and
-    must be mounted read-only. ``config`` carries ``Env``, ``WorkingDir``, ``User``,
+    ``layers`` are the unpacked layer directories, **bottom first**, as the manifest lists them;
+    :attr:`lowerdirs` is what overlayfs's ``lowerdir`` takes. They are shared with other images
+    and must be mounted read-only. ``config`` carries ``Env``, ``WorkingDir``, ``User``,
     ``Entrypoint`` and ``Cmd``. ``digest`` is the manifest's digest (the platform's manifest, when
     the reference named an index).
     """
@@ -29,6 +29,21 @@ class Image:
     config: ImageConfig
     layers: tuple[Path, ...]
     size_bytes: int
+
+    @property
+    def lowerdirs(self) -> tuple[Path, ...]:
+        """The layers as overlayfs's ``lowerdir`` takes them: top first, each once.
+
+        An image may repeat a layer (the empty layer of metadata-only build steps, say). Only the
+        topmost occurrence is kept: the repeat on top lays the same entries again, so the view is
+        the same, and overlayfs refuses a directory given twice."""
+        seen: set[Path] = set()
+        result: list[Path] = []
+        for layer in reversed(self.layers):
+            if layer not in seen:
+                seen.add(layer)
+                result.append(layer)
+        return tuple(result)
 
     @property
     def pinned_reference(self) -> str:

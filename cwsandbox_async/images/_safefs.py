@@ -103,10 +103,18 @@ def remove_at(dir_fd: int, name: str) -> bool:
 
 
 def _open_up(path: Path) -> None:
-    """Give the owner rwx on every directory under ``path`` (no link followed), so it can be removed."""
-    for _root, _dirs, _files, fd in os.fwalk(path, follow_symlinks=False):
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, 0o700)
+    """Give the owner rwx on every directory under ``path`` (no link followed), so it can be removed.
+
+    Each child directory is opened up before the walk reads it (a mode 000 directory could not be
+    listed); a name that is a symlink is left alone (``lstat``: nothing else writes here)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.chmod(path, 0o700)
+    for _root, dirs, _files, fd in os.fwalk(path, follow_symlinks=False):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                    os.chmod(name, 0o700, dir_fd=fd)
 
 
 def remove_tree(path: Path) -> None:

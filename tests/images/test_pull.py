@@ -227,3 +227,15 @@ async def test_a_tqdm_bar_follows_the_pull(
     await pull(f"{registry.host}/test/layered:v1", options, on_progress=bar)
     drawn = capsys.readouterr().err
     assert "busybox" in drawn and "layers 2/2" in drawn
+
+
+async def test_a_repeated_layer_is_one_lowerdir(registry: Registry, options: ImageOptions) -> None:
+    from images.build import Entry, make_image
+    from images.push import Pusher
+
+    empty: list[Entry] = []
+    spec = make_image([empty, [Entry("f", data=b"1")], empty])
+    Pusher(registry.host).image("test/repeated", "v1", spec)
+    image = await pull(f"{registry.host}/test/repeated:v1", options)
+    assert len(image.layers) == 3 and image.layers[0] == image.layers[2]
+    assert image.lowerdirs == (image.layers[2], image.layers[1])

@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,51 @@ async def test_hostile_image_through_the_registry_leaves_nothing(
     # neither the refused layer nor the good one it came with is kept (no other pull was running)
     assert list((options.cache_dir / "layers" / "sha256").iterdir()) == []
     assert list((options.cache_dir / "blobs" / "sha256").iterdir()) == []
+
+
+REMOVE_AS_NOBODY = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from cwsandbox_async.images._safefs import remove_tree
+from cwsandbox_async.images._unpack import UnpackLimits, unpack_layer
+work = Path(sys.argv[2])
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+root = work / "layer"; root.mkdir()
+unpack_layer(work / "blob", root, UnpackLimits(1 << 20, 100))
+assert (root / "locked").stat().st_mode & 0o777 == 0
+remove_tree(root)
+print(root.exists(), (work / "outside" / "victim").exists())
+"""
+
+
+def test_an_unprivileged_driver_removes_what_it_unpacked(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Directories a layer makes read-only or mode 000 (as nobody: no override) still go, and a
+    symlink in them to a directory outside is not followed."""
+    if os.geteuid() != 0:
+        pytest.skip("runs as root to become nobody")
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="cwsandbox-images-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
+    (work / "outside").mkdir()
+    (work / "outside" / "victim").write_text("x")
+    os.chmod(work / "outside", 0o555)
+    entries = [
+        Entry("ro", "dir", mode=0o555),
+        Entry("ro/f", data=b"x", mode=0o444),
+        Entry("locked", "dir", mode=0o000),
+        Entry("locked/inner", "dir", mode=0o000),
+        Entry("locked/inner/f", data=b"x"),
+        Entry("locked/out", "symlink", link=str(work / "outside")),
+    ]
+    (work / "blob").write_bytes(compress(tar_bytes(entries), "gzip"))
+    os.chmod(work, 0o777)
+    os.chmod(work / "blob", 0o644)
+    package_root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", REMOVE_AS_NOBODY, package_root, str(work)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
+    assert (work / "outside").stat().st_mode & 0o777 == 0o555, "the symlinked directory kept its mode"
