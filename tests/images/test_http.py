@@ -48,3 +48,20 @@ def test_platform_variants() -> None:
     assert select_platform(tuple(arm), Platform("linux", "arm", "v7")).digest.startswith("sha256:2")
     assert select_platform(tuple(arm), Platform("linux", "arm64", "v8")).digest.startswith("sha256:3")
     assert select_platform(tuple(arm), Platform("linux", "amd64")).digest.startswith("sha256:5")
+
+
+def test_the_wait_honours_retry_after_up_to_the_cap() -> None:
+    from tenacity import AsyncRetrying, RetryCallState
+
+    from cwsandbox_async.images._http import Retryable, _Wait
+    from cwsandbox_async.images._options import ImageOptions
+
+    def state_with(exc: BaseException) -> RetryCallState:
+        state = RetryCallState(AsyncRetrying(), None, (), {})
+        state.set_exception((type(exc), exc, None))
+        return state
+
+    wait = _Wait(ImageOptions(max_backoff_seconds=30.0))
+    assert wait(state_with(Retryable("429", retry_after=7.0))) == 7.0
+    assert wait(state_with(Retryable("429", retry_after=600.0))) == 30.0
+    assert 0.0 <= wait(state_with(Retryable("reset"))) <= 30.0

@@ -14,7 +14,7 @@ import pytest
 
 from cwsandbox_async import ImagePullError
 from cwsandbox_async.images import OPAQUE_XATTR, ImageOptions, pull
-from cwsandbox_async.images._unpack import UnpackLimits, unpack_layer
+from cwsandbox_async.images._unpack import UnpackLimits, UnpackResult, unpack_layer
 from images.build import MTIME, Entry, compress, make_image, sha256, tar_bytes
 from images.push import Pusher
 from images.servers import Registry
@@ -32,6 +32,12 @@ def outside(tmp_path: Path) -> Path:
 
 
 def _unpack(tmp_path: Path, entries: list[Entry], how: str = "gzip", limits: UnpackLimits = LIMITS) -> Path:
+    return _unpack_result(tmp_path, entries, how, limits)[0]
+
+
+def _unpack_result(
+    tmp_path: Path, entries: list[Entry], how: str = "gzip", limits: UnpackLimits = LIMITS
+) -> tuple[Path, UnpackResult]:
     blob = tmp_path / "blob"
     raw = tar_bytes(entries)
     blob.write_bytes(compress(raw, how))
@@ -39,11 +45,11 @@ def _unpack(tmp_path: Path, entries: list[Entry], how: str = "gzip", limits: Unp
     root.mkdir()
     result = unpack_layer(blob, root, limits, sha256(raw))
     assert result.diff_id == sha256(raw)
-    return root
+    return root, result
 
 
 def test_kept_modes_links_mtimes_xattrs_whiteouts(tmp_path: Path) -> None:
-    root = _unpack(
+    root, result = _unpack_result(
         tmp_path,
         [
             Entry("dir", "dir", mode=0o750),
@@ -74,6 +80,8 @@ def test_kept_modes_links_mtimes_xattrs_whiteouts(tmp_path: Path) -> None:
     assert os.listxattr(root / "forged") == [], "a layer cannot forge overlay xattrs"
     assert not (root / "dev" / "null").exists(), "device nodes are skipped"
     assert (root / "dir" / "exe").stat().st_uid == os.geteuid(), "single-uid mode: the unpacker's uid"
+    assert result.owners == {"dir/exe": (1000, 1000)}, "the original owner is recorded"
+    assert result.setid_removed == ["dir/suid"] and result.devices_skipped == ["dev/null"]
 
 
 @pytest.mark.parametrize(
@@ -201,7 +209,7 @@ import os, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from cwsandbox_async.images._safefs import remove_tree
-from cwsandbox_async.images._unpack import UnpackLimits, unpack_layer
+from cwsandbox_async.images._unpack import UnpackLimits, UnpackResult, unpack_layer
 work = Path(sys.argv[2])
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 root = work / "layer"; root.mkdir()
