@@ -12,8 +12,8 @@ token       value
 ``d<repr>`` a float, ``repr`` (``nan``, ``-inf``, ``-0.0`` included)
 ``s<b64>``  a str (UTF-8, base64)
 ``r<b64>``  the ``repr`` of any other object (compared as a str)
-``L<n>``    a list of the next ``n`` values; ``U<n>`` a tuple; ``S<n>`` a set or frozenset;
-            ``D<n>`` a dict of the next ``n`` key, value pairs
+``L<n>``    a list of the next ``n`` values; ``U<n>`` a tuple; ``S<n>`` a set; ``F<n>`` a
+            frozenset; ``D<n>`` a dict of the next ``n`` key, value pairs
 ==========  ==========================================================================
 
 Nothing here recurses or parses a decimal int of the program's: ``decode`` builds the value with
@@ -37,12 +37,48 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["decode", "values_equal"]
+__all__ = ["decode", "encode", "values_equal"]
 
 #: Longest float token accepted (``repr`` of any float is far shorter).
 _FLOAT_CHARS = 40
 _SEQ = (list, tuple)
 _SETS = (set, frozenset)
+
+
+def _token(value: Any, todo: list[Any]) -> str:
+    """``value``'s token (as the harness writes it); a container's members are pushed on ``todo``, first last."""
+    if value is None:
+        return "n"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, int):
+        return f"i{value:x}"
+    if isinstance(value, float):
+        return "d" + repr(value)
+    if isinstance(value, str):
+        return "s" + base64.b64encode(value.encode("utf-8", "surrogatepass")).decode("ascii")
+    if isinstance(value, (list, tuple)):
+        todo.extend(reversed(value))
+        return ("L" if isinstance(value, list) else "U") + str(len(value))
+    if isinstance(value, (set, frozenset)):
+        todo.extend(value)
+        return ("S" if isinstance(value, set) else "F") + str(len(value))
+    if isinstance(value, dict):
+        for k, v in reversed(list(value.items())):
+            todo.extend((v, k))
+        return f"D{len(value)}"
+    raise TypeError(
+        "a call's value must be plain data (None, bool, int, float, str, list, tuple, set, dict), "
+        f"got {type(value).__name__}"
+    )
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as one token line (the arguments of a call, sent to the harness); no recursion."""
+    todo, out = [value], []
+    while todo:
+        out.append(_token(todo.pop(), todo))
+    return " ".join(out).encode("ascii") + b"\n"
 
 
 def _scalar(tok: bytes) -> Any:
@@ -72,8 +108,8 @@ def _build(kind: bytes, members: list[Any]) -> Any:
         return members
     if kind == b"U":
         return tuple(members)
-    if kind == b"S":
-        return frozenset(members)
+    if kind in (b"S", b"F"):
+        return frozenset(members)  # hashable, so a set can hold it; equal to the set it was
     return dict(zip(members[0::2], members[1::2], strict=True))
 
 
@@ -91,7 +127,7 @@ def _decode(tokens: list[bytes]) -> Any:
     last = len(tokens) - 1
     for at, tok in enumerate(tokens):
         kind = tok[:1]
-        if kind in (b"L", b"U", b"S", b"D"):
+        if kind in (b"L", b"U", b"S", b"F", b"D"):
             frames.append([kind, [], _count(tok) * (2 if kind == b"D" else 1)])
         else:
             frames[-1][1].append(_scalar(tok))

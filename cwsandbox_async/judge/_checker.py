@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import SandboxValidationError
 from .._log import log
-from ._callvalue import decode
+from ._callvalue import decode, encode
 from ._compare import expected_bytes
 from ._languages import Language, get_language
 from ._plan import CACHE_DIR, CHECKER_COMPILE_FACTOR, CHECKER_WALL_FACTOR, uses_cache
@@ -241,7 +241,7 @@ def _got(case: TestCase, stdout: bytes) -> bytes:
 
 def _want(case: TestCase) -> bytes:
     if case.call:
-        return _json(case.expected) or b""
+        return _json(case.expected) or encode(case.expected)
     return expected_bytes(case.expected)
 
 

@@ -9,11 +9,11 @@ is on disk when the next one starts in the same sandbox.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._callvalue import encode
 from ._compare import expected_bytes
 from ._languages import Language, get_language
 from ._runjob import FOLLOW_UP_SWEEP_SECONDS, HARNESS_SOURCE, RUNNER_SLACK_SECONDS, SWEEP_SLACK_SECONDS, Step
@@ -125,12 +125,12 @@ def make_plan(
 
 
 def _expected_size(case: TestCase) -> int | None:
-    """The expected output's size in bytes (a call's value: its JSON size), ``None`` when it cannot be told."""
+    """The expected output's size in bytes (a call's value: its token line), ``None`` when it cannot be told."""
     if not case.call:
         return len(expected_bytes(case.expected))
     try:
-        return len(json.dumps(case.expected))
-    except (TypeError, ValueError, RecursionError):
+        return len(encode(case.expected))
+    except TypeError:
         return None
 
 
@@ -141,8 +141,7 @@ def output_cap(cases: list[TestCase], lim: Limits, *, checker: bool) -> int:
     sizes = [_expected_size(c) for c in cases]
     if any(s is None for s in sizes):
         return int(lim.output_mib * _MIB)
-    # a call's value in tokens (hex ints, base64 strs) is at most about 4/3 of its JSON
-    largest = max((s for s in sizes if s is not None), default=0) * (2 if any(c.call for c in cases) else 1)
+    largest = max((s for s in sizes if s is not None), default=0)
     cap = 2 * largest + OUTPUT_SLACK_BYTES
     return max(cap, int(lim.output_mib * _MIB)) if checker else cap
 

@@ -78,9 +78,17 @@ class TestCase:
 
     def stdin_bytes(self) -> bytes:
         if self.call:
-            import json
+            from ._callvalue import encode
 
-            return json.dumps(list(self.input) if isinstance(self.input, Sequence) else [self.input]).encode()
+            args = (
+                list(self.input)
+                if isinstance(self.input, Sequence) and not isinstance(self.input, str)
+                else [self.input]
+            )
+            try:
+                return encode(args)
+            except TypeError as exc:
+                raise SandboxValidationError(f"test case {self.name or ''!r}: {exc}") from None
         data = self.input
         if isinstance(data, str):
             return data.encode("utf-8", "surrogatepass")

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import cwsandbox_async as cwa
 from cwsandbox_async.judge import Judge, Limits, TestCase, Verdict, from_apps
 from cwsandbox_async.judge._callvalue import decode, values_equal
+from cwsandbox_async.judge._callvalue import encode as driver_encode
 from cwsandbox_async.judge._compare import compare_call, compare_text
 
 HARNESS = Path(__file__).parents[2] / "cwsandbox_async" / "judge" / "sandboxed" / "call_harness.py"
@@ -34,7 +35,8 @@ def _harness() -> dict[str, Any]:
     return namespace
 
 
-EMIT = _harness()["emit"]
+_HARNESS = _harness()
+EMIT, HARNESS_DECODE = _HARNESS["emit"], _HARNESS["decode"]
 
 
 def encode(value: Any) -> bytes:
@@ -94,6 +96,16 @@ def test_any_value_crosses_the_pipe_unchanged(value: Any) -> None:
         assert got == value  # equality exactly as Python's ==, in one process
         assert values_equal(got, value)
         assert compare_call("whitespace", encode(value), value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(VALUES)
+def test_arguments_reach_the_harness_unchanged(value: Any) -> None:
+    """The driver writes a call's arguments in the harness's own format; the harness reads them back."""
+    line = driver_encode(value)
+    assert line == encode(value)  # one format, both directions
+    if not _has_nan(value):
+        assert HARNESS_DECODE(line.decode()) == value
 
 
 def test_negative_zero_nan_and_infinities_keep_their_identity() -> None:
@@ -210,6 +222,15 @@ async def test_right_answers_a_json_pipe_would_lose_are_accepted(local_session: 
     result = await judge.judge(solution, "python", cases, sandbox=sb, fn_name="f")
     assert [c.verdict for c in result.cases] == [Verdict.ACCEPTED] * 3, result
     assert result.score == 1.0
+
+
+async def test_big_and_deep_arguments_reach_the_candidate(local_session: cwa.Session, sb: cwa.Sandbox) -> None:
+    solution = (
+        "def f(a, b):\n    d = 0\n    while isinstance(b, list) and b:\n        b, d = b[0], d + 1\n    return a + d\n"
+    )
+    cases = [TestCase([7**30000, nested(20000, 0)], 7**30000 + 20000, call=True), TestCase([1, []], 1, call=True)]
+    result = await Judge(local_session).judge(solution, "python", cases, sandbox=sb, fn_name="f")
+    assert [c.verdict for c in result.cases] == [Verdict.ACCEPTED] * 2, result
 
 
 async def test_apps_tuples_and_wrapped_answers(local_session: cwa.Session, sb: cwa.Sandbox) -> None:

@@ -1,8 +1,8 @@
 """Call-based cases (APPS/TACO ``fn_name``, LiveCodeBench functional, asserts): call the candidate, write the result.
 
 Runs inside the sandbox as ``python3 call_harness.py <solution.py> <fn_name>``, one fresh process
-per case, under the judge's runner. stdin holds the arguments as a JSON list (big ints and deep
-nesting allowed: the int string limit is lifted and the JSON is the driver's own). The candidate
+per case, under the judge's runner. stdin holds the arguments as a list in the same token format
+as the result (written by the driver, read here without recursion: any int size, any depth). The candidate
 is imported as the module ``solution``; its own prints go to stderr (fd 1 is taken away before it
 runs), and the result is written as one line of tokens (``_callvalue`` in the driver reads it:
 ints in hexadecimal, strs in base64, containers as a tag with their size followed by their
@@ -20,7 +20,6 @@ its ``repr`` (compared as a string). Exit 0 after writing the result; 1 when the
 """
 
 import base64
-import json
 import os
 import sys
 
@@ -48,7 +47,7 @@ def token(value, todo):
         return ("L" if isinstance(value, list) else "U") + str(len(value))
     if isinstance(value, (set, frozenset)):
         todo.extend(list(value))
-        return "S" + str(len(value))
+        return ("S" if isinstance(value, set) else "F") + str(len(value))
     if isinstance(value, dict):
         pairs = list(value.items())
         for k, v in reversed(pairs):
@@ -80,11 +79,52 @@ def emit(value, fd):
     write_all(fd, (" ".join(out) + "\n").encode("ascii"))
 
 
+def scalar(kind, body):
+    if kind == "n":
+        return None
+    if kind in "tf":
+        return kind == "t"
+    if kind == "i":
+        return int(body, 16)
+    if kind == "d":
+        return float(body)
+    return base64.b64decode(body).decode("utf-8", "surrogatepass")
+
+
+def build(kind, members):
+    if kind == "L":
+        return members
+    if kind == "U":
+        return tuple(members)
+    if kind == "S":
+        return set(members)
+    if kind == "F":
+        return frozenset(members)
+    return dict(zip(members[0::2], members[1::2]))
+
+
+def decode(text):
+    """The value of a token line (the driver's own: trusted, but as deep or big as a dataset makes it)."""
+    frames = [["L", [], 1]]
+    for tok in text.split():
+        kind, body = tok[0], tok[1:]
+        if kind in "LUSFD":
+            frames.append([kind, [], int(body) * (2 if kind == "D" else 1)])
+        else:
+            frames[-1][1].append(scalar(kind, body))
+            frames[-1][2] -= 1
+        while frames[-1][2] == 0:
+            kind, members, _ = frames.pop()
+            if not frames:
+                return members[0]
+            frames[-1][1].append(build(kind, members))
+            frames[-1][2] -= 1
+    raise ValueError("the arguments' line ended inside a value")
+
+
 def main():
-    if hasattr(sys, "set_int_max_str_digits"):
-        sys.set_int_max_str_digits(0)
     path, name = sys.argv[1], sys.argv[2]
-    args = json.loads(sys.stdin.read() or "[]")
+    args = decode(sys.stdin.read() or "L0")
     result_fd = os.dup(1)
     os.dup2(2, 1)  # the candidate's prints go to stderr
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
