@@ -216,7 +216,8 @@ class HarnessRun:
             return HarnessVerdict("early_exit", last or "the program ended its process before its tests finished")
         if last.startswith("AssertionError"):
             return HarnessVerdict("wrong_answer", last)
-        return HarnessVerdict("error_exit", last or f"exit code {result.returncode}")
+        how = f"killed by signal {result.signal}" if result.signal else f"exit code {result.returncode}"
+        return HarnessVerdict("error_exit", last or f"{how}, with nothing on stderr")
 
     def output(self, result: ExecResult) -> str:
         """The program's stdout (decoded with replacement), without the marker the harness added."""

@@ -253,7 +253,10 @@ def _cwsandbox_split() -> None:
     import os
     import sys
 
-    cwd = os.path.realpath(os.getcwd())
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:  # a working directory removed under it: no entry can be in it
+        cwd = "//"
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
 
     def trusted(entry: object) -> bool:  # a sys.path entry the program (or an earlier tool call) cannot write
@@ -671,14 +674,16 @@ def _cwsandbox_split() -> None:
             if name.startswith("__") or name in builtins.__dict__:
                 refused.append(f"{name} (a builtin's name: the tests see the builtin)")
             elif name in SAFE_MODULES:  # a standard module's own name (MBPP's `math.isclose`): only that module
-                __import__(name)
-                namespace[name] = sys.modules[name]
+                with contextlib.suppress(ImportError):  # one this Python lacks: the name stays unbound
+                    __import__(name)
+                    namespace[name] = sys.modules[name]
                 if module != name:
                     refused.append(f"{name} (the program's is not the module {name}: the tests get the module)")
             elif what == "M":
                 if module in SAFE_MODULES:
-                    __import__(module)
-                    namespace[name] = sys.modules[module]
+                    with contextlib.suppress(ImportError):
+                        __import__(module)
+                        namespace[name] = sys.modules[module]
                 else:
                     refused.append(f"{name} (module {module!r} is not one the harness imports)")
             else:
