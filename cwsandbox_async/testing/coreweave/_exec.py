@@ -16,10 +16,7 @@ flight each exec waits behind the others, 0.7-1 s), and the status leaves in a w
 after ``exit`` (grpc.aio sends a stream's status in a batch after its last message), usually after
 the client has already ended the call at ``exit`` (RST_STREAM in 60-85% of streams). A client whose
 CPU per exec grows with the time between frames costs more here than on a server that answers at
-once (``benchmarks/_plain_server.py``): the ``cwsandbox`` SDK (a collector task hands each frame
-through a queue to the exec's coroutine on its loop thread) went from 0.7 to 1.0 ms per exec when
-a plain server waited 2-5 ms between ``ready`` and the rest; this library's cost hardly moved.
-bench_coreweave reports both servers.
+once (``benchmarks/_plain_server.py``); bench_coreweave reports both servers.
 """
 
 from __future__ import annotations
