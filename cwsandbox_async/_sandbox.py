@@ -28,6 +28,7 @@ from ._verdict import exec_result, timeout_error
 if TYPE_CHECKING:
     from ._budget import CloseBudget
     from ._settings import Timeouts
+    from ._shell import Shell
     from .backends.base import Backend, OutputCallback
     from .metrics._aggregator import MetricsAggregator
 
@@ -318,6 +319,25 @@ class Sandbox:
             self._status = SandboxStatus.FAILED
             self._death_is_infra = exc.infrastructure
         log.info("exec failed", sandbox_id=self._id, error=repr(exc))
+
+    def shell(
+        self,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_seconds: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> Shell:
+        """A persistent bash shell: ``async with sb.shell() as sh: await sh.run("cd repo && export A=1")``.
+
+        The working directory, variables (exported or not), functions, aliases, umask and options carry
+        over from one ``run`` to the next; background jobs do not. Each run is one ``exec`` (its exit
+        status and output are the exec's, which nothing the run starts can forge), with ``timeout_seconds``
+        and ``max_output_bytes`` as defaults for every run (``exec``'s otherwise); ``cwd``/``env`` are the
+        first run's. See ``cwsandbox_async._shell``. Nothing is sent before the first run."""
+        from ._shell import Shell
+
+        return Shell(self, cwd=cwd, env=env, timeout_seconds=timeout_seconds, max_output_bytes=max_output_bytes)
 
     # -- files -----------------------------------------------------------------
     async def read_file(

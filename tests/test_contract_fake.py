@@ -11,6 +11,8 @@ from cwsandbox_async.testing.contract import BackendContract
 
 
 class TestFakeBackendContract(BackendContract):
+    has_bash = False  # its built-in shell runs a handful of commands
+
     @pytest.fixture
     async def backend(self) -> AsyncIterator[FakeBackend]:
         b = FakeBackend(seed=1)

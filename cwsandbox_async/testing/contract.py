@@ -27,16 +27,21 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
+from .._budget import CloseBudget
 from .._errors import (
     SandboxError,
     SandboxFileError,
     SandboxNotFoundError,
     SandboxNotRunningError,
     SandboxNotSupportedError,
+    SandboxTimeoutError,
     SandboxValidationError,
 )
+from .._sandbox import Sandbox
+from .._settings import Timeouts
 from .._types import ExecExit, ExecRequest, SandboxDefaults, SandboxSpec, SandboxStatus, StreamName
 from ..backends.base import Backend
+from ..metrics._aggregator import MetricsAggregator
 
 __all__ = ["BackendContract", "make_request", "make_spec"]
 
@@ -72,6 +77,8 @@ class BackendContract:
     #: Seconds past an exec's own timeout before the suite calls the backend stuck.
     exec_grace: float = 15.0
 
+    #: Whether its sandboxes have ``bash`` (``Sandbox.shell`` runs it); the fake's built-in shell does not.
+    has_bash: bool = True
     #: Whether its sandboxes can be attached to (``Backend.attach``); False: ``attach`` raises
     #: ``SandboxNotSupportedError`` for them.
     attachable: bool = True
@@ -298,3 +305,26 @@ class BackendContract:
             pass
         with pytest.raises(SandboxNotFoundError), anyio.fail_after(self.call_timeout):
             await peer.attach(sid, SandboxDefaults(), session_id="peer")
+
+    # -- the persistent shell ------------------------------------------------------
+    async def test_shell_carries_state_and_reports_each_runs_true_status(self, backend: Backend, tag: str) -> None:
+        if not self.has_bash:
+            pytest.skip("no bash in this backend's sandboxes")
+        async with self.sandbox(backend, tag) as sid:
+            sb = Sandbox(
+                sandbox_id=sid,
+                backend=backend,
+                defaults=SandboxDefaults(tags=(tag,)),
+                metrics=MetricsAggregator(),
+                timeouts=Timeouts(),
+                budget=CloseBudget(),
+            )
+            with anyio.fail_after(self.call_timeout * 4):
+                async with sb.shell() as sh:
+                    assert (await sh.run("mkdir -p d && cd d && export A=1 && f() { echo fn; }")).returncode == 0
+                    r = await sh.run("echo 'exit status: 0'; echo $PWD $A; f; exit 3")
+                    assert (r.returncode, r.stdout) == (3, "exit status: 0\n/workspace/d 1\nfn\n")
+                    with pytest.raises(SandboxTimeoutError):
+                        await sh.run("cd /; sleep 3600", timeout_seconds=1.0)
+                    assert (await sh.run("pwd")).stdout == "/workspace/d\n"
+        await self.assert_none_left(backend, tag)
