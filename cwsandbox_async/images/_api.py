@@ -8,22 +8,18 @@ is about to record it), and an :class:`ImageLease` keeps an image's layers from 
 
 from __future__ import annotations
 
-import aiohttp
 import anyio
 
 from .._errors import ImagePullError
-from ._auth import Authenticator
 from ._cache import Cache
 from ._collect import listing, prune_locked, remove_locked, sweep
 from ._credentials import default_auth_files
-from ._image import CachedImage, Image, PruneResult
+from ._image import CachedImage, Image, PruneResult, image_from_record
 from ._lease import ImageLease, take_lease
 from ._locks import locked, try_locked
 from ._options import ImageOptions
 from ._progress import ProgressCallback
-from ._pull import Puller, image_from_record
 from ._reference import Reference, parse_reference
-from ._registry import RegistryClient
 
 __all__ = ["acquire", "cached", "hold", "list_images", "prune", "pull", "remove"]
 
@@ -109,6 +105,14 @@ async def _pull_locked(ref: Reference, opts: ImageOptions, cache: Cache, on_prog
         if record is not None and cache.complete(record):
             cache.touch(record)
             return image_from_record(cache, record)
+    # The network side is imported on the first pull that needs it: looking up the cache (a
+    # backend's ``cached()`` on every create) imports no aiohttp.
+    import aiohttp
+
+    from ._auth import Authenticator
+    from ._pull import Puller
+    from ._registry import RegistryClient
+
     files = opts.auth_files if opts.auth_files is not None else default_auth_files()
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         client = RegistryClient(session, opts, Authenticator(session, opts, files))

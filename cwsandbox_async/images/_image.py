@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._manifest import ImageConfig
+from ._cache import Cache, ImageRecord
+from ._manifest import ImageConfig, parse_config
 from ._options import Platform
 
-__all__ = ["CachedImage", "Image", "PruneResult"]
+__all__ = ["CachedImage", "Image", "PruneResult", "image_from_record"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,17 @@ class PruneResult:
     removed: tuple[str, ...]
     freed_bytes: int
     remaining_bytes: int
+
+
+def image_from_record(cache: Cache, record: ImageRecord) -> Image:
+    """The :class:`Image` a complete record describes (its config read from the blob store)."""
+    config = parse_config(cache.blob_path(record.config_digest).read_bytes())
+    return Image(
+        reference=record.reference,
+        digest=record.digest,
+        config_digest=record.config_digest,
+        platform=record.platform,
+        config=config,
+        layers=tuple(cache.layer_path(d) for d in record.diff_ids),
+        size_bytes=record.size_bytes,
+    )

@@ -21,7 +21,7 @@ import anyio.from_thread
 
 from .._errors import ImagePullError
 from ._cache import Cache, ImageRecord
-from ._image import Image
+from ._image import Image, image_from_record
 from ._locks import locked
 from ._manifest import (
     INDEX_TYPES,
@@ -39,25 +39,11 @@ from ._registry import Endpoint, RegistryClient, endpoints_for
 from ._safefs import remove_tree
 from ._unpack import UnpackLimits, unpack_layer
 
-__all__ = ["Puller", "image_from_record"]
+__all__ = ["Puller"]
 
 _MAX_INDEX_DEPTH = 2
 #: An image config is a small JSON document; a bigger one is refused before it is fetched.
 MAX_CONFIG_BYTES = 8 * 2**20
-
-
-def image_from_record(cache: Cache, record: ImageRecord) -> Image:
-    """The :class:`Image` a complete record describes (its config read from the blob store)."""
-    config = parse_config(cache.blob_path(record.config_digest).read_bytes())
-    return Image(
-        reference=record.reference,
-        digest=record.digest,
-        config_digest=record.config_digest,
-        platform=record.platform,
-        config=config,
-        layers=tuple(cache.layer_path(d) for d in record.diff_ids),
-        size_bytes=record.size_bytes,
-    )
 
 
 def _leaves(group: BaseExceptionGroup[ImagePullError]) -> list[ImagePullError]:
