@@ -269,7 +269,8 @@ async def test_a_plant_left_by_an_earlier_write_file_never_runs_in_the_tests_pro
 PLANTED_JSON = (
     "import os, sys\n"
     "del sys.modules['json']\n"
-    "sys.path[:] = [p for p in sys.path if p not in ('', '.', os.getcwd())]\n"
+    "here = os.path.dirname(os.path.abspath(__file__))\n"
+    "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
     "import json as real\n"
     "exit_ = os._exit\n"
     "os._exit = lambda code: exit_(0)\n"
@@ -354,3 +355,21 @@ async def test_an_answer_past_the_old_64_mib_frame_arrives_whole(local_only: Non
     code = "def f():\n    return 'ab' * (40 << 20)\n"  # 80 MiB on the wire
     rewards, verdicts = await score([code], ["r = f()\nassert len(r) == 80 << 20 and r[-3:] == 'bab'\n"])
     assert rewards == [1.0], verdicts
+
+
+async def test_a_writable_directory_on_the_import_path_is_not_the_tests_import_path(local_only: None) -> None:
+    """``PYTHONPATH`` naming a directory the program can write (here ``/tmp/lib``, on the exec path where the
+    interpreter reads it): a ``json.py`` planted there is never the tests' process's ``json``."""
+    from cwsandbox_async import Session
+    from cwsandbox_async.integrations._item import ItemSettings, run_item
+
+    async with Session(backend="local") as session, session.sandbox(env={"PYTHONPATH": "/tmp/lib"}) as sb:
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            await sb.write_file("/tmp/lib/json.py", PLANTED_JSON)
+            probe = await sb.exec(["python3.11", "-c", "import json; print(json.dumps({'kind': 1}))"])
+            assert "passed" in probe.stdout, probe  # the plant works where the path is not cleaned
+            settings = ItemSettings(timeout_seconds=20, python="python3.11")
+            verdict = await run_item(sb, 0, WRONG, TESTS, settings)
+            assert (verdict.kind, verdict.score) == ("wrong_answer", 0.0), verdict
+            right = await run_item(sb, 0, RIGHT, TESTS, settings)
+            assert right.kind == "passed", right
