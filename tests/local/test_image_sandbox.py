@@ -143,6 +143,9 @@ async def test_the_layer_cache_is_in_no_sandbox(session: cwa.Session, refs: Refs
         assert "cwsandbox-layers" not in seen.stdout and "/layers/sha256" not in seen.stdout, seen.stdout
         listing = await sb.exec(["ls", "/.cwsandbox-layers"])
         assert listing.stdout == "", listing
+    # the template's root (the host-root view) stays below a locked, empty tmpfs in an image sandbox
+    below = await _sh(image, "busybox umount -l /run/cwsandbox/template; ls -a /run/cwsandbox/template; echo end")
+    assert "umount" in below.stderr and "usr" not in below.stdout and below.stdout.endswith("end\n"), below
 
 
 async def test_no_command_as_the_images_root_can_change_the_supervisor(session: cwa.Session, refs: Refs) -> None:

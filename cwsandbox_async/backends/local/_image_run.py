@@ -25,10 +25,11 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 
-from ..._errors import SandboxCreationError
+from ..._errors import ImagePullError, SandboxCreationError
 from ..._types import DEFAULT_WORKING_DIR, SandboxSpec
 from ...images import Image, ImageOptions, hold, pull
 from .agent import harden
@@ -53,30 +54,61 @@ class ImageRun:
     mkdirs: list[str] = field(default_factory=list)
 
 
-async def prepare(spec: SandboxSpec, options: ImageOptions, stack: contextlib.AsyncExitStack) -> ImageRun:
-    """Pull (or find cached) the spec's image and hold it on ``stack`` (see the module docstring)."""
+@dataclass(frozen=True)
+class _Resolved:
+    """What a create learns once per image and backend: the image, its lowers, its user's ids."""
+
+    image: Image
+    layers: list[str]
+    ids: tuple[int, int] | str  # (uid, gid), or why its User names no account
+
+
+async def prepare(
+    spec: SandboxSpec, options: ImageOptions, stack: contextlib.AsyncExitStack, memo: dict[str, Any]
+) -> ImageRun:
+    """Pull (or find cached) the spec's image and hold it on ``stack`` (see the module docstring).
+
+    ``memo`` (the backend's): an image resolved before is only held again (as ``pull_policy="missing"``
+    would find it cached), unless it left the cache since (then it is pulled again); with
+    ``pull_policy="always"`` every create asks the registry."""
     d = spec.defaults
     assert d.image is not None
-    image = await pull(d.image, options)
-    lease = await hold(image, options)
-    stack.callback(lease.release)
-    return await anyio.to_thread.run_sync(_plan, spec, image, options.cache_dir / "layers")
+    found: _Resolved | None = memo.get(d.image) if options.pull_policy == "missing" else None
+    if found is not None:
+        try:
+            stack.callback((await hold(found.image, options)).release)
+        except ImagePullError:  # removed or pruned since: pull it again
+            memo.pop(d.image, None)
+            found = None
+    if found is None:
+        image = await pull(d.image, options)
+        stack.callback((await hold(image, options)).release)
+        found = memo[d.image] = await anyio.to_thread.run_sync(_resolve, image, options.cache_dir / "layers")
+    return _plan(spec, found)
 
 
-def _plan(spec: SandboxSpec, image: Image, top: Path) -> ImageRun:
-    """Worker thread (reads the image's ``/etc/passwd``): how the sandbox runs from ``image``."""
-    d = spec.defaults
+def _resolve(image: Image, top: Path) -> _Resolved:
+    """Worker thread (reads the image's ``/etc/passwd``)."""
     layers = [os.path.relpath(p, top) for p in reversed(image.layers)]
-    config = image.config
     try:
-        uid, gid = image_user(config.user, image.layers)
+        ids: tuple[int, int] | str = image_user(image.config.user, image.layers)
     except LookupError as exc:
+        ids = str(exc)
+    return _Resolved(image, layers, ids)
+
+
+def _plan(spec: SandboxSpec, found: _Resolved) -> ImageRun:
+    """How the sandbox runs from the image: its ids, environment, directories."""
+    d = spec.defaults
+    if isinstance(found.ids, str):
         raise SandboxCreationError(
-            f"sandbox {spec.sandbox_id}: image {d.image}: {exc}",
+            f"sandbox {spec.sandbox_id}: image {d.image}: {found.ids}",
             sandbox_id=spec.sandbox_id,
             reason="image_user",
             infrastructure=False,
-        ) from None
+        )
+    uid, gid = found.ids
+    image, layers, config = found.image, found.layers, found.image.config
     working_dir = d.working_dir
     if working_dir == DEFAULT_WORKING_DIR and config.working_dir.startswith("/"):
         working_dir = os.path.normpath(config.working_dir)

@@ -91,6 +91,8 @@ class Machine:
     preload: tuple[str, ...]
     #: Where images come from and are cached (``_image_run``).
     image_options: ImageOptions | None = None
+    #: Images this backend resolved, by reference (``_image_run.prepare``: later creates skip the pull).
+    image_memo: dict[str, Any] = field(default_factory=dict)
     #: This backend's own identity in registry entries (``owner_token``): which of the backends of one
     #: process owns a sandbox (``_attach``'s adopt rewrites it).
     owner_token: str = field(default_factory=lambda: uuid.uuid4().hex)

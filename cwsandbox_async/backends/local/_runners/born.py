@@ -103,7 +103,7 @@ class BornRunner(AgentRunner):
         template = await self.live_template()
         if d.image:
             assert m.image_options is not None
-            self.image = await prepare(spec, m.image_options, self.image_hold)
+            self.image = await prepare(spec, m.image_options, self.image_hold, m.image_memo)
         self.slot, self.host_uid = m.ids.take(image=self.image is not None)
         self.entry = m.entry(spec, self.found, MARKER, self.created_at, self.host_uid, None, None)
         self.entry["marker"] = MARKER
