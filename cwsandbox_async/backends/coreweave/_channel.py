@@ -290,11 +290,16 @@ class Channel:
             rpc = pb.DESCRIPTOR.services_by_name["SandboxService"].methods_by_name[method]
             request_class: Any = getattr(pb, rpc.input_type.name)
             response_class: Any = getattr(pb, rpc.output_type.name)
-            made = self._channel.unary_stream(
-                f"/{rpc.containing_service.full_name}/{method}",
-                request_serializer=request_class.SerializeToString,
-                response_deserializer=response_class.FromString,
-            )
+            path = f"/{rpc.containing_service.full_name}/{method}"
+            serialize, deserialize = request_class.SerializeToString, response_class.FromString
+            try:
+                # registered: the channel interns the method once, not on every call (grpc's generated code does
+                # the same; the keyword is grpc's, marked for that use)
+                made = self._channel.unary_stream(
+                    path, request_serializer=serialize, response_deserializer=deserialize, _registered_method=True
+                )
+            except TypeError:  # a grpc without the keyword
+                made = self._channel.unary_stream(path, request_serializer=serialize, response_deserializer=deserialize)
             self._one_ways[method] = made
         return made
 
