@@ -391,7 +391,7 @@ class AgentChannel:
             raise SandboxTransportError(f"sandbox agent error: {p.NOTES[r.note]}", sandbox_id=self.sandbox_id)
         raise AgentProtocolError(f"sandbox {self.sandbox_id}: PID 1 refused an order ({p.NOTES.get(r.note, r.note)})")
 
-    async def _file_op(self, mode: int, meta: dict[str, Any], data: bytes, shown: str) -> bytes:
+    async def _file_op(self, mode: int, path: str, max_bytes: int, data: bytes, shown: str) -> bytes:
         """Run a file helper; the result memfd's bytes (``SandboxFileError`` with its message on failure)."""
         if self.closed_reason is not None:
             raise self.dead_error()
@@ -399,7 +399,8 @@ class AgentChannel:
         fds: list[int] = []
         try:
             result = os.memfd_create("cwsandbox-result", os.MFD_CLOEXEC)
-            fds.append(await self._memfd("cwsandbox-file", (p.pack_meta(meta), data)))
+            head = p.pack_file_request(max_bytes, _bytes(path), _bytes(shown))
+            fds.append(await self._memfd("cwsandbox-file", (head, data)))
             fds.append(os.dup(result))
         except OSError as exc:
             _close(fds + ([result] if result >= 0 else []))
@@ -435,10 +436,10 @@ class AgentChannel:
         raise SandboxFileError(message, sandbox_id=self.sandbox_id, path=shown)
 
     async def read_file(self, path: str, max_bytes: int, shown: str | None = None) -> bytes:
-        return await self._file_op(p.M_READ, {"p": path, "s": shown or path, "m": max_bytes}, b"", shown or path)
+        return await self._file_op(p.M_READ, path, max_bytes, b"", shown or path)
 
     async def write_file(self, path: str, data: bytes, shown: str | None = None) -> None:
-        await self._file_op(p.M_WRITE, {"p": path, "s": shown or path}, data, shown or path)
+        await self._file_op(p.M_WRITE, path, 0, data, shown or path)
 
 
 def _bytes(text: str) -> bytes:

@@ -181,14 +181,14 @@ def _file_op(mode: int, fds: list[int], config: dict[str, Any]) -> int:
     request, result = fds[0], fds[1]
     os.dup2(result, 1)
     _isolate(request)
-    meta, start = protocol.read_meta(request)  # a write's data is copied by the kernel, never read here
-    shown = str(meta["s"])
+    limit, path_b, shown_b, start = protocol.read_file_request(request)  # a write's data: copied by the kernel
+    path, shown = os.fsdecode(path_b), shown_b.decode("utf-8", "surrogateescape")
     own = {files.identity(fd) for fd in (0, 1, 2, request)}
     try:
         if mode == protocol.M_READ:
-            files.read_file(str(meta["p"]), shown, int(meta["m"]), 1, own)
+            files.read_file(path, shown, limit, 1, own)
         else:
-            files.write_file(str(meta["p"]), shown, request, start, config.get("file_limit"), own)
+            files.write_file(path, shown, request, start, config.get("file_limit"), own)
     except files.FileOpError as exc:
         os.ftruncate(1, 0)  # no partial data: only the message
         os.pwrite(1, str(exc).encode("utf-8", "replace")[:4096], 0)

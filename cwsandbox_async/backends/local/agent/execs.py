@@ -1,8 +1,8 @@
 """PID 1's execs: started, watched, ended and reported (stdlib only; the loop around them is ``init``).
 
 Life of an exec: an ``O_RUN`` order arrives with its fds; ``begin`` starts its process and closes
-PID 1's copies at once: a command through the native spawner when the sandbox has one (``spawn``:
-a ``posix_spawn``, no copy of PID 1), otherwise, and for Python programs and file operations, a fork
+PID 1's copies at once: a command or a file operation through the native spawner when the sandbox has
+one (``spawn``: a ``posix_spawn``, no copy of PID 1), otherwise, and for Python programs, a fork
 (the child, ``child``, reads the request and becomes the command or runs the program). PID 1 then watches
 the clock: at the timeout, or once the CPU budget is spent (the tree is sampled every
 ``sample_interval``), it kills the command's process group and every process below it (the command
@@ -227,7 +227,7 @@ class Execs:
         if not ex.is_file:
             self.readings_at_start(ex, now)
         try:
-            pid = self.spawn(ex) if self.spawner and ex.mode == protocol.M_EXEC else 0
+            pid = self.spawn(ex) if self.spawner and ex.mode != protocol.M_PYTHON else 0
             if not pid:
                 pid = os.fork()
                 if pid == 0:
@@ -255,20 +255,27 @@ class Execs:
             ex.next_sample = start + self.settings.sample_interval
 
     def spawn(self, ex: Exec) -> int:
-        """A command through the native spawner (``spawn.c``): ``posix_spawn``, a vfork of PID 1 that
-        copies nothing, of a program that does what ``child`` does for a command. The exec's fds and
-        the cgroup fds are inheritable for this one spawn only. Its pid; 0 when the spawner itself
+        """A command, or a file operation, through the native spawner (``spawn.c``): ``posix_spawn``, a vfork
+        of PID 1 that copies nothing, of a program that does what ``child`` does for a command (or
+        ``files`` for a file operation, ``cwspawn --file``: no CPython fork). The exec's fds and the
+        cgroup fds are inheritable for this one spawn only. Its pid; 0 when the spawner itself
         cannot be run (it is given up and every exec forks from now on); ``OSError`` at a limit."""
         fds, limits = ex.fds, self.config.get("limits") or {}
-        stdin = fds[3] if len(fds) > 3 else -1
-        argv = [
-            self.spawner,
-            "1" if self.config.get("die_with_parent") else "0",
-            *(str(fd) for fd in (*fds[:3], stdin)),
-            *(str(int(limits.get(name) or 0)) for name in ("cpu", "fsize", "nproc", "as")),
-            *(str(fd) for fd in self.joins),
-        ]
-        passed = (*fds, *self.joins)
+        joins = () if ex.is_file else self.joins  # a file helper stays in PID 1's cgroups
+        if ex.is_file:
+            kind = "r" if ex.mode == protocol.M_READ else "w"
+            limit = str(int(self.config.get("file_limit") or 0))
+            argv = [self.spawner, "--file", kind, str(fds[0]), str(fds[1]), limit]
+        else:
+            stdin = fds[3] if len(fds) > 3 else -1
+            argv = [
+                self.spawner,
+                "1" if self.config.get("die_with_parent") else "0",
+                *(str(fd) for fd in (*fds[:3], stdin)),
+                *(str(int(limits.get(name) or 0)) for name in ("cpu", "fsize", "nproc", "as")),
+                *(str(fd) for fd in joins),
+            ]
+        passed = (*fds, *joins)
         spawned = False
         try:
             for fd in passed:
@@ -282,7 +289,7 @@ class Execs:
             self.spawner = ""
             return 0
         finally:  # spawned: the exec's own fds are closed by the caller; else a fork's command must not get them
-            for fd in self.joins if spawned else passed:
+            for fd in joins if spawned else passed:
                 os.set_inheritable(fd, False)
 
     def readings_at_start(self, ex: Exec, now: float) -> None:

@@ -24,8 +24,8 @@ Driver -> PID 1, ``ORDER`` (kind, mode, flags, request id, timeout s, CPU budget
 The request memfd holds ``pack_request(cwd, argv, env, raw)`` for a command (``raw`` empty) or
 Python (``argv`` empty, ``raw`` the source): NUL-separated fields, which the child splits with one
 call (it runs between fork and execve, where every page it touches is a copy; NUL cannot occur in
-argv, env or cwd). A file operation's holds ``pack_meta({"p": path, "s": shown path, "m": max
-bytes})`` for a read, ``pack_meta({"p", "s"}, data)`` for a write.
+argv, env or cwd). A file operation's holds ``pack_file_request(max bytes, path, shown path, data)``:
+three NUL-terminated fields, then a write's data (the native spawner parses it too, ``spawn.c``).
 
 PID 1 -> driver:
 
@@ -118,6 +118,26 @@ def unpack_request(data: bytes) -> tuple[bytes, list[bytes], dict[bytes, bytes],
         raise ValueError("request shorter than its counts say")
     flat = parts[1 + argc : 1 + argc + 2 * envc]
     return parts[0], parts[1 : 1 + argc], dict(zip(flat[0::2], flat[1::2], strict=True)), parts[-1]
+
+
+#: The longest head ``read_file_request`` reads: a number and two paths (``PATH_MAX`` each).
+FILE_HEAD_MAX = 8300
+
+
+def pack_file_request(max_bytes: int, path: bytes, shown: bytes, data: bytes = b"") -> bytes:
+    """A file operation's request (see the module docstring); paths hold no NUL (validated above)."""
+    return b"%d\0%s\0%s\0" % (max_bytes, path, shown) + data
+
+
+def read_file_request(fd: int) -> tuple[int, bytes, bytes, int]:
+    """(max bytes, path, shown path, where the data begins) of the memfd ``fd`` (``ValueError`` if malformed)."""
+    import os
+
+    head = os.pread(fd, FILE_HEAD_MAX, 0)
+    parts = head.split(b"\0", 3)
+    if len(parts) != 4:
+        raise ValueError("malformed file request")
+    return int(parts[0]), parts[1], parts[2], len(parts[0]) + len(parts[1]) + len(parts[2]) + 3
 
 
 def pack_meta(meta: object, raw: bytes = b"") -> bytes:

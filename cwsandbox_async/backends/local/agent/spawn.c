@@ -32,6 +32,7 @@ enum {
     NR_write = 1, NR_close = 3, NR_mmap = 9, NR_pread64 = 17, NR_execve = 59, NR_chdir = 80,
     NR_setsid = 112, NR_prctl = 157, NR_exit_group = 231, NR_openat = 257, NR_faccessat = 269,
     NR_dup3 = 292, NR_prlimit64 = 302, NR_statx = 332, NR_close_range = 436,
+    NR_read = 0, NR_pwrite64 = 18, NR_sendfile = 40, NR_fcntl = 72, NR_ftruncate = 77, NR_mkdirat = 258,
 };
 static i64 sys6(i64 n, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
     register i64 r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
@@ -46,6 +47,7 @@ enum {
     NR_write = 64, NR_close = 57, NR_mmap = 222, NR_pread64 = 67, NR_execve = 221, NR_chdir = 49,
     NR_setsid = 157, NR_prctl = 167, NR_exit_group = 94, NR_openat = 56, NR_faccessat = 48,
     NR_dup3 = 24, NR_prlimit64 = 261, NR_statx = 291, NR_close_range = 436,
+    NR_read = 63, NR_pwrite64 = 68, NR_sendfile = 71, NR_fcntl = 25, NR_ftruncate = 46, NR_mkdirat = 34,
 };
 static i64 sys6(i64 n, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
     register i64 x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b, x2 __asm__("x2") = c;
@@ -87,6 +89,18 @@ __asm__(".text\n.globl _start\n_start:\n mov x29, #0\n mov x30, #0\n mov x0, sp\
 #define S_IFDIR 0040000
 #define STATX_MODE 0x2
 #define STATX_SIZE 0x200
+#define STATX_INO 0x100
+#define S_IFREG 0100000
+#define O_WRONLY 01
+#define O_CREAT 0100
+#define O_NOCTTY 0400
+#define O_NONBLOCK 04000
+#define F_GETFL 3
+#define F_SETFL 4
+#define EEXIST 17
+#define EINVAL 22
+#define ENOSYS 38
+#define EOPNOTSUPP 95
 
 /* the compiler may emit calls to these for copies and zeroing */
 void *memcpy(void *d, const void *s, u64 n) {
@@ -133,6 +147,7 @@ static const char *errtext(i64 e) {
     case 13: return "Permission denied";
     case 14: return "Bad address";
     case 16: return "Device or resource busy";
+    case 17: return "File exists";
     case 19: return "No such device";
     case 20: return "Not a directory";
     case 21: return "Is a directory";
@@ -143,12 +158,14 @@ static const char *errtext(i64 e) {
     case 27: return "File too large";
     case 28: return "No space left on device";
     case 30: return "Read-only file system";
+    case 31: return "Too many links";
     case 36: return "File name too long";
     case 38: return "Function not implemented";
     case 40: return "Too many levels of symbolic links";
     case 79: return "Can not access a needed shared library";
     case 80: return "Accessing a corrupted shared library";
     case 95: return "Operation not supported";
+    case 122: return "Disk quota exceeded";
     default: return "Unknown error";
     }
 }
@@ -224,11 +241,182 @@ static void onto(int fd, int target) {
     if (r < 0) fail(SPAWN_FAILED, INTERNAL "dup3: ", errtext(-r), 0);
 }
 
+/* ---- file operations (`cwspawn --file r|w REQ RESULT FILE_LIMIT`): `files.py`'s, without a CPython fork ----
+ *
+ * PID 1 spawns it in place of a fork for `read_file`/`write_file` (`execs.Execs.spawn`): it stays in
+ * PID 1's cgroups (no JOIN), non-dumpable, with the same checks, messages and exit codes as
+ * `child._file_op` and `files`: REQ is `protocol.pack_file_request` (max bytes, path, shown path, data),
+ * RESULT the driver's memfd (the file's bytes, or on exit 1 the message). */
+
+static void file_text(char *buf, u64 *n, u64 cap, const char *s) {
+    u64 len = slen(s);
+    if (len > cap - *n) len = cap - *n;
+    memcpy(buf + *n, s, len);
+    *n += len;
+}
+
+static void file_num(char *buf, u64 *n, u64 cap, u64 v) {
+    char digits[24];
+    int i = 23;
+    digits[i] = '\0';
+    do digits[--i] = (char)('0' + v % 10), v /= 10; while (v && i > 0);
+    file_text(buf, n, cap, digits + i);
+}
+
+/* The message "SHOWN: A[N1][B][N2]" (an N below 0 and a null B are left out) into the result (fd 1), then
+ * exit 1: the message alone, nothing of the file. */
+static __attribute__((noreturn)) void file_fail(const char *shown, const char *a, i64 n1, const char *b, i64 n2) {
+    char buf[4096];
+    u64 n = 0;
+    file_text(buf, &n, sizeof(buf), shown);
+    file_text(buf, &n, sizeof(buf), ": ");
+    file_text(buf, &n, sizeof(buf), a);
+    if (n1 >= 0) file_num(buf, &n, sizeof(buf), (u64)n1);
+    if (b) file_text(buf, &n, sizeof(buf), b);
+    if (n2 >= 0) file_num(buf, &n, sizeof(buf), (u64)n2);
+    sys2(NR_ftruncate, 1, 0);
+    sys4(NR_pwrite64, 1, buf, n, 0);
+    leave(1);
+}
+
+typedef struct { unsigned mode; u64 size, ino; unsigned major, minor; } fstat_t;
+
+static int fstat_of(int fd, fstat_t *st) {
+    u64 buf[32];
+    if (sys5(NR_statx, fd, "", AT_EMPTY_PATH, STATX_MODE | STATX_SIZE | STATX_INO, buf) != 0) return -1;
+    st->mode = *(unsigned short *)((char *)buf + 28);
+    st->ino = *(u64 *)((char *)buf + 32);
+    st->size = *(u64 *)((char *)buf + 40);
+    st->major = *(unsigned *)((char *)buf + 136);
+    st->minor = *(unsigned *)((char *)buf + 140);
+    return 0;
+}
+
+static fstat_t own[4]; /* fds 0-3: this helper's own (a symlink to /proc/self/fd/1 must not reach its result) */
+
+static void check_regular(int fd, const char *shown) {
+    fstat_t st;
+    if (fstat_of(fd, &st) != 0) file_fail(shown, "not a regular file", -1, 0, -1);
+    if ((st.mode & S_IFMT) == S_IFDIR) file_fail(shown, "is a directory", -1, 0, -1);
+    int mine = 0;
+    for (int i = 0; i < 4; i++)
+        if (own[i].ino == st.ino && own[i].major == st.major && own[i].minor == st.minor && own[i].mode) mine = 1;
+    if ((st.mode & S_IFMT) != S_IFREG || mine) file_fail(shown, "not a regular file", -1, 0, -1);
+}
+
+/* Copy SRC (from OFFSET, or its own position when OFFSET < 0) to DST until EOF; past LIMIT (>= 0) bytes,
+ * stop and return -2 (one byte more is read to know). sendfile where the kernel allows it. -errno on error. */
+static i64 file_copy(int src, int dst, i64 limit, i64 offset) {
+    static char chunk[1 << 16];
+    u64 total = 0;
+    while (limit < 0 || total <= (u64)limit) {
+        u64 want = 1UL << 24;
+        if (limit >= 0 && want > (u64)limit + 1 - total) want = (u64)limit + 1 - total;
+        i64 off = offset + (i64)total;
+        i64 n = sys4(NR_sendfile, dst, src, offset < 0 ? 0 : (i64)&off, want);
+        if (n == -EINVAL || n == -ENOSYS || n == -EOPNOTSUPP) {
+            if (want > sizeof(chunk)) want = sizeof(chunk);
+            n = offset < 0 ? sys3(NR_read, src, chunk, want) : sys4(NR_pread64, src, chunk, want, offset + (i64)total);
+            for (i64 done = 0; n > 0 && done < n;) {
+                i64 w = sys3(NR_write, dst, chunk + done, n - done);
+                if (w == -EINTR) continue;
+                if (w < 0) return w;
+                done += w;
+            }
+        }
+        if (n == -EINTR) continue;
+        if (n < 0) return n;
+        if (n == 0) return (i64)total;
+        total += (u64)n;
+    }
+    return -2;
+}
+
+static void file_read(const char *path, const char *shown, i64 limit) {
+    i64 fd = sys4(NR_openat, AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0);
+    if (fd < 0) file_fail(shown, errtext(-fd), -1, 0, -1);
+    check_regular((int)fd, shown);
+    fstat_t st;
+    if (fstat_of((int)fd, &st) == 0 && st.size > (u64)limit) file_fail(shown, "", (i64)st.size, " bytes is more than ", limit);
+    i64 r = file_copy((int)fd, 1, limit, -1); /* /proc files say size 0: up to the limit and one byte more */
+    if (r == -2) file_fail(shown, "more than ", limit, " bytes", -1);
+    if (r < 0) file_fail(shown, errtext(-r), -1, 0, -1);
+}
+
+static void file_write(char *path, const char *shown, int src, u64 offset, i64 file_limit) {
+    fstat_t st;
+    if (fstat_of(src, &st) != 0) file_fail(shown, "cannot read the request", -1, 0, -1);
+    u64 size = st.size - offset;
+    if (file_limit > 0 && size > (u64)file_limit) file_fail(shown, "", (i64)size, " bytes is over the file size limit", -1);
+    /* the parent directories, as os.makedirs(parent, exist_ok=True): each missing one made; one that is
+     * there (a directory, after following symlinks) is fine; anything else fails with its error */
+    u64 len = slen(path);
+    for (u64 i = 1; i < len; i++) {
+        if (path[i] != '/') continue;
+        path[i] = '\0';
+        i64 r = sys3(NR_mkdirat, AT_FDCWD, path, 0777);
+        unsigned mode = 0;
+        int dir = r != 0 && statx_of(AT_FDCWD, path, 0, STATX_MODE, &mode, 0) == 0 && (mode & S_IFMT) == S_IFDIR;
+        path[i] = '/';
+        if (r != 0 && !dir) file_fail(shown, errtext(-r), -1, 0, -1);
+    }
+    i64 fd = sys4(NR_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644);
+    if (fd < 0) file_fail(shown, errtext(-fd), -1, 0, -1);
+    check_regular((int)fd, shown); /* only a regular file: truncated only once that is known */
+    i64 flags = sys2(NR_fcntl, fd, F_GETFL);
+    if (flags >= 0) sys3(NR_fcntl, fd, F_SETFL, flags & ~O_NONBLOCK);
+    i64 r = sys2(NR_ftruncate, fd, 0);
+    if (r < 0) file_fail(shown, errtext(-r), -1, 0, -1);
+    r = file_copy(src, (int)fd, -1, (i64)offset);
+    if (r < 0) file_fail(shown, errtext(-r), -1, 0, -1);
+}
+
+static __attribute__((noreturn)) void file_main(int argc, char **argv) {
+    if (argc != 6) fail(SPAWN_FAILED, INTERNAL "cwspawn --file arguments", 0, 0);
+    int reading = seq(argv[2], "r");
+    int req = (int)num(argv[3]), result = (int)num(argv[4]);
+    i64 file_limit = num(argv[5]);
+    onto(result, 1);
+    if (req != 3) {
+        onto(req, 3);
+        req = 3;
+    }
+    sys3(NR_close_range, 4, ~0U, 0);
+    for (int i = 0; i < 4; i++) fstat_of(i, &own[i]); /* a closed one stays zero: it matches nothing */
+    u64 size = 0;
+    if (statx_of(req, "", AT_EMPTY_PATH, STATX_SIZE, 0, &size) != 0) fail(SPAWN_FAILED, INTERNAL "cannot read the request", 0, 0);
+    /* "MAX\0PATH\0SHOWN\0" then the data: read the head only (a path is at most 4096 bytes, twice, and a number) */
+    u64 head_cap = size < 8300 ? size : 8300;
+    char *head = grab(head_cap + 1);
+    u64 got = 0;
+    while (got < head_cap) {
+        i64 r = sys4(NR_pread64, req, head + got, head_cap - got, got);
+        if (r == -EINTR) continue;
+        if (r <= 0) break;
+        got += (u64)r;
+    }
+    head[got] = '\0';
+    char *fields[3];
+    u64 at = 0;
+    for (int i = 0; i < 3; i++) {
+        if (at >= got) fail(SPAWN_FAILED, INTERNAL "malformed file request", 0, 0);
+        fields[i] = head + at;
+        at += slen(head + at) + 1;
+    }
+    if (at > got) fail(SPAWN_FAILED, INTERNAL "malformed file request", 0, 0);
+    if (reading)
+        file_read(fields[1], fields[2], num(fields[0]));
+    else
+        file_write(fields[1], fields[2], req, at, file_limit);
+    leave(0);
+}
+
 __attribute__((used)) void cmain(i64 *sp) {
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
     if (argc == 2 && seq(argv[1], "--check")) leave(sys3(NR_write, 1, "ok\n", 3) == 3 ? 0 : 1);
     sys5(NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (argc > 1 && seq(argv[1], "--file")) file_main(argc, argv);
     if (argc < 10) fail(SPAWN_FAILED, INTERNAL "cwspawn arguments", 0, 0);
     int die = (int)num(argv[1]), req = (int)num(argv[2]), out = (int)num(argv[3]), err = (int)num(argv[4]);
     int in = (int)num(argv[5]);
