@@ -75,6 +75,8 @@ LANES = {
     "pool/": "fast",
     "faults/": "fast",
     "integrations/test_extract.py": "fast",
+    "images/test_reference.py": "fast",
+    "images/test_http.py": "fast",
     "test_budget.py": "fast",
     "test_close.py": "fast",
     "test_contract_fake.py": "fast",

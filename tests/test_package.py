@@ -22,14 +22,15 @@ def test_all_is_sorted_and_complete() -> None:
     for name in cwa.__all__:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
-    subpackages = {"backends", "cli", "gatherer", "integrations", "judge", "metrics", "pool", "reporters", "testing"}
+    subpackages = {"backends", "cli", "gatherer", "images", "integrations", "judge", "metrics", "pool", "reporters", "testing"}
     leaked = public - set(cwa.__all__) - subpackages  # no stray `annotations` (a __future__ import) either
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
 
 
 #: The public names, pinned: a change here is a change of the public API (and a CHANGELOG entry).
 PUBLIC_NAMES = [
-    "ExecOutcome", "ExecResult", "GatherStatistics", "GroupedOutcomes", "Lease", "MetricsSnapshot",
+    "ExecOutcome", "ExecResult", "GatherStatistics", "GroupedOutcomes", "ImagePullError", "Lease",
+    "MetricsSnapshot",
     "Outcome", "OutcomeKind", "OutcomeStream", "PoolClosedError", "PoolError", "PoolState",
     "PoolStatistics", "PoolTimeoutError", "Process", "ProcessResult", "Resources", "Sandbox",
     "SandboxBackendUnavailableError", "SandboxCreationError", "SandboxDefaults", "SandboxError",
@@ -73,6 +74,11 @@ PUBLIC_MODULES = {
         "CompletionVerdict", "VerdictKind",
     ],
     "cwsandbox_async.cli": ["EXIT_CODES", "main"],
+    "cwsandbox_async.images": [
+        "OPAQUE_XATTR", "CachedImage", "Image", "ImageConfig", "ImageLease", "ImageOptions", "ImageReferenceError",
+        "Platform", "ProgressCallback", "PruneResult", "PullProgress", "Reference", "acquire", "cached", "hold",
+        "host_platform", "list_images", "parse_reference", "prune", "pull", "remove", "tqdm_progress",
+    ],
     "cwsandbox_async.judge": [
         "COMPARE_MODES", "LANGUAGES", "CaseResult", "Checker", "Judge", "JudgeError", "JudgeOptions", "JudgeResult",
         "Language", "Limits", "Problem", "TestCase", "ToolchainError", "Verdict", "from_apps", "from_asserts",
