@@ -4,8 +4,8 @@ Every exec of a command in a sandbox needs a process that joins the commands' cg
 subreaper, takes the sandbox's rlimits and then ``execve``s the command. Without the spawner that is
 a fork of PID 1 (a full CPython: its page tables, then copy-on-write faults on both sides until the
 ``execve``); with it, PID 1 ``posix_spawn``s (a ``vfork``: nothing is copied) a small static program
-that does those steps and ``execve``s (``agent/execs.py``). ``run_python`` and file operations still
-fork PID 1: they run Python.
+that does those steps and ``execve``s (``agent/execs.py``); file operations run in it too
+(``cwspawn --file``). ``run_python`` still forks PID 1: it runs Python.
 
 ``spawner()`` returns the host path of the binary, compiling it once per source version with the
 host's C compiler (``cc``; a static program without the C library) into the user's cache

@@ -42,17 +42,11 @@ PID 1 -> driver:
 from __future__ import annotations
 
 import array
-import json
 import socket
 import struct
 
-TYPE_CHECKING = False  # typing is not imported at run time: the agent starts faster without it
-if TYPE_CHECKING:
-    from typing import Any
-
 ORDER = struct.Struct("=BBBxIdd")
 REPORT = struct.Struct("=BBBxIidddd")
-META_LEN = struct.Struct(">I")
 #: Most file descriptors one order carries.
 MAX_ORDER_FDS = 4
 #: Largest birth configuration message a newborn accepts (two messages on its channel, each about
@@ -138,53 +132,6 @@ def read_file_request(fd: int) -> tuple[int, bytes, bytes, int]:
     if len(parts) != 4:
         raise ValueError("malformed file request")
     return int(parts[0]), parts[1], parts[2], len(parts[0]) + len(parts[1]) + len(parts[2]) + 3
-
-
-def pack_meta(meta: object, raw: bytes = b"") -> bytes:
-    """A structured payload: u32 length, JSON metadata, then raw bytes."""
-    encoded = json.dumps(meta, separators=(",", ":")).encode()
-    return META_LEN.pack(len(encoded)) + encoded + raw
-
-
-def unpack_meta(payload: bytes) -> tuple[dict[str, Any], bytes]:
-    """Split a structured payload; raises ``ValueError`` when it is malformed."""
-    meta, end = meta_prefix(payload)
-    return meta, payload[end:]
-
-
-def meta_prefix(payload: bytes) -> tuple[dict[str, Any], int]:
-    """The metadata at the start of ``payload`` and where the raw part begins (``ValueError`` if malformed)."""
-    if len(payload) < META_LEN.size:
-        raise ValueError("payload too short for its metadata length")
-    (n,) = META_LEN.unpack_from(payload)
-    end = META_LEN.size + n
-    if end > len(payload):
-        raise ValueError("metadata longer than the payload")
-    meta = json.loads(payload[META_LEN.size : end])
-    if not isinstance(meta, dict):
-        raise ValueError("metadata is not an object")
-    return meta, end
-
-
-def read_meta(fd: int) -> tuple[dict[str, Any], int]:
-    """The metadata at the start of the memfd ``fd`` (read with ``pread``) and where its raw part begins."""
-    (n,) = META_LEN.unpack(_pread_exactly(fd, META_LEN.size, 0))
-    meta = json.loads(_pread_exactly(fd, n, META_LEN.size))
-    if not isinstance(meta, dict):
-        raise ValueError("metadata is not an object")
-    return meta, META_LEN.size + n
-
-
-def _pread_exactly(fd: int, n: int, offset: int) -> bytes:
-    import os
-
-    out = b""
-    while len(out) < n:
-        chunk = os.pread(fd, n - len(out), offset + len(out))
-        if not chunk:
-            raise ValueError("request shorter than its metadata says")
-        out += chunk
-    return out
 
 
 def received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:

@@ -1,7 +1,7 @@
 /* cwspawn: what an exec's child does between PID 1 and the command, without a fork of CPython.
  *
- * PID 1 of a sandbox starts it with posix_spawn (a vfork: no page is copied) for every command
- * (`exec`, not `run_python` nor file operations, which need Python), with the exec's descriptors
+ * PID 1 of a sandbox starts it with posix_spawn (a vfork: no page is copied) for every command and
+ * file operation (not `run_python`, which needs Python), with the exec's descriptors
  * inheritable for this one spawn (`execs.Execs.spawn`). It does what `child._command` does, in the
  * same order, with the same exit codes and messages:
  *
@@ -16,6 +16,9 @@
  *   4. the rlimits (0: not set; CPU's hard limit is one second above its soft one);
  *   5. reads its request from the memfd REQ (`protocol.pack_request`), changes directory, finds the
  *      command on the request's PATH and execve's it; every descriptor above 2 is close-on-exec.
+ *
+ * `cwspawn --file r|w REQ RESULT FILE_LIMIT` is a file operation instead (`read_file`/`write_file`,
+ * what `child._file_op` and `files.py` do, below `file_main`): it stays in PID 1's cgroups.
  *
  * `cwspawn --check` prints "ok" and exits 0 (the template's test that it runs there).
  *
