@@ -15,7 +15,8 @@ kind                      score  what happened
                                  and it used its CPU time on a retry)
 ``cpu_budget``            0.0    it exceeded a CPU budget (``Resources.cpu_seconds``)
 ``oom``                   0.0    it was killed for its memory
-``compile_error``         0.0    (judged) its source did not compile
+``compile_error``         0.0    its source did not compile (the reason: file, line and
+                                 the interpreter's or compiler's message)
 ``partial``               0..1   (judged, ``score="fraction"``) some test cases failed
 ``no_code``               None   the completion holds no code
 ``starved``               None   its timeout fired while others held the CPUs, and still
