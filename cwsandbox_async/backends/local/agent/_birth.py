@@ -125,6 +125,7 @@ def serve(ctl: socket.socket, config: dict[str, Any]) -> NoReturn:
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     _preload(config)
     trouble = _check_spawner(config.get("spawner"))
+    _imageroot.skeleton(_agent.get("spawner"))  # the mount points of every image root
     signal.signal(signal.SIGCHLD, _reap)
     gc.collect()
     gc.freeze()
