@@ -1,18 +1,18 @@
 """The clients bench_coreweave compares, each run in its own process (so getrusage sees only it).
 
-    python -m benchmarks._coreweave_clients CLIENT URL N_SANDBOXES EXECS_EACH [IN_FLIGHT_PER_SANDBOX]
+    python -m benchmarks._coreweave_clients CLIENT URL N_SANDBOXES EXECS_EACH [IN_FLIGHT_PER_SANDBOX [BURSTS]]
     python -m benchmarks._coreweave_clients {calls-ours,calls-sdk} N_SANDBOXES START_DELAY
 
 CLIENT is one of ours, ours-stream, bare, bare-stream, backend, bare-sync-stream, the aio-* rows of
 AIO_VARIANTS, grpclib-stream, grpclib-cancel, sdk ("backend": the backend's own ``exec``, wrapper
-included, without the Session layers). The first form prints
-``{"cpu_seconds", "wall_seconds", "execs", "user_seconds", "system_seconds"}``: client CPU (user + system,
-every thread of this process) spent on ``EXECS_EACH`` execs of ``true`` in each of N sandboxes at once,
-``IN_FLIGHT_PER_SANDBOX`` (default 1: one after another) in flight in each, after the sandboxes are
-running and a warm-up of the same shape. The URL is any server of the protocol (the test server or
-``benchmarks/_plain_server``). The second form starts a test server in this process (it counts calls;
-no CPU is measured) and prints the calls it received per method during one lifecycle (create, ready,
-exec, write, read, destroy) of N sandboxes.
+included, without the Session layers). The first form prints ``{"cpu_seconds", "wall_seconds", "execs",
+"user_seconds", "system_seconds"}``: client CPU (user + system, every thread of this process) spent on
+``EXECS_EACH`` execs of ``true`` in each of N sandboxes at once, ``IN_FLIGHT_PER_SANDBOX`` (default 1: one
+after another) in flight in each, after the sandboxes are running and a warm-up of the same shape;
+``BURSTS`` (default 1) such bursts are measured together. The URL is any server of the protocol (the test
+server or ``benchmarks/_plain_server``). The second form starts a test server in this process (it counts
+calls; no CPU is measured) and prints the calls it received per method during one lifecycle (create,
+ready, exec, write, read, destroy) of N sandboxes.
 """
 
 from __future__ import annotations
@@ -33,14 +33,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS: list[tuple[float, float]] = []  # (user, system) at each cpu() call: main() reports the last interval's split
 
 
-#: Execs in flight per sandbox (the optional last argument): 1 runs each sandbox's execs one after another.
+#: Execs in flight per sandbox (the optional fifth argument): 1 runs each sandbox's execs one after another.
 PARALLEL = 1
+#: How many times the measured burst runs (the optional sixth argument): more CPU per sample, less noise.
+REPEAT = 1
 
 
-async def spread(run: Any, targets: Any, each: int) -> None:
-    """``each`` execs per target, ``PARALLEL`` of them in flight per target (each worker runs its share in turn)."""
+async def spread(run: Any, targets: Any, each: int, times: int = 1) -> None:
+    """``each`` execs per target, ``PARALLEL`` of them in flight per target (each worker runs its share in
+    turn); ``times`` such bursts, one after another."""
     share = max(1, each // PARALLEL)
-    await asyncio.gather(*(run(t, share) for t in targets for _ in range(min(PARALLEL, each))))
+    for _ in range(times):
+        await asyncio.gather(*(run(t, share) for t in targets for _ in range(min(PARALLEL, each))))
 
 
 def cpu() -> float:
@@ -65,9 +69,9 @@ async def ours(url: str, n: int, each: int, exec_rpc: str) -> dict[str, float]:
 
         await spread(run, sandboxes, 3 * PARALLEL)  # warm-up
         c0, t0 = cpu(), time.perf_counter()
-        await spread(run, sandboxes, each)
+        await spread(run, sandboxes, each, REPEAT)
         c1, t1 = cpu(), time.perf_counter()
-    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each * REPEAT}
 
 
 async def bare(url: str, n: int, each: int, rpc: str) -> dict[str, float]:
@@ -100,9 +104,9 @@ async def bare(url: str, n: int, each: int, rpc: str) -> dict[str, float]:
 
         await spread(run, ids, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await spread(run, ids, each)
+        await spread(run, ids, each, REPEAT)
         c1, t1 = cpu(), time.perf_counter()
-    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each * REPEAT}
 
 
 async def bare_sync(url: str, n: int, each: int) -> dict[str, float]:
@@ -151,11 +155,11 @@ async def bare_sync(url: str, n: int, each: int) -> dict[str, float]:
 
         await spread(run, ids, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await spread(run, ids, each)
+        await spread(run, ids, each, REPEAT)
         c1, t1 = cpu(), time.perf_counter()
         pool.shutdown()
         channel.close()
-    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each * REPEAT}
 
 
 STREAM_EXEC = "/coreweave.sandbox.v1.SandboxService/StreamExec"
@@ -181,10 +185,10 @@ async def _measured(url: str, n: int, each: int, make: Any) -> dict[str, float]:
 
         await spread(run, ids, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await spread(run, ids, each)
+        await spread(run, ids, each, REPEAT)
         c1, t1 = cpu(), time.perf_counter()
         await close()
-    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each * REPEAT}
 
 
 async def grpclib_stream(url: str, n: int, each: int, cancel: bool) -> dict[str, float]:
@@ -304,9 +308,9 @@ async def sdk(url: str, n: int, each: int) -> dict[str, float]:
 
         await spread(run, sandboxes, 3 * PARALLEL)
         c0, t0 = cpu(), time.perf_counter()
-        await spread(run, sandboxes, each)
+        await spread(run, sandboxes, each, REPEAT)
         c1, t1 = cpu(), time.perf_counter()
-    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each}
+    return {"cpu_seconds": c1 - c0, "wall_seconds": t1 - t0, "execs": n * each * REPEAT}
 
 
 def _server(start_delay: float) -> Any:
@@ -356,8 +360,10 @@ async def calls_sdk(n: int, start_delay: float) -> dict[str, int]:
 
 
 def main() -> None:
-    global PARALLEL
+    global PARALLEL, REPEAT
     mode, *args = sys.argv[1:]
+    if len(args) == 5:
+        REPEAT = int(args.pop())
     if len(args) == 4:
         PARALLEL = int(args.pop())
     if mode in ("ours", "ours-stream"):
