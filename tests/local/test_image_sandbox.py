@@ -95,8 +95,9 @@ async def test_an_image_runs_as_its_root_with_its_env_and_working_directory(sess
     w = await _sh(sb, "echo edited > /app/hello.txt && mkdir /newdir && echo x > /newdir/f && cat /app/hello.txt")
     assert w.returncode == 0 and w.stdout == "edited\n", w
     # the agent needs nothing from the image (busybox has no Python): run_python imports the host's stdlib
-    p = await sb.run_python("import json, os; print(json.dumps([os.getuid(), os.getcwd()]))")
-    assert p.returncode == 0 and p.stdout == '[0, "/app"]\n', p
+    source = "import colorsys, fractions, json, os; print(json.dumps([os.getuid(), os.getcwd(), colorsys.__file__]))"
+    p = await sb.run_python(source)  # colorsys and fractions: not preloaded, imported from disk in the sandbox
+    assert p.returncode == 0 and p.stdout.startswith('[0, "/app", "/run/cwsandbox/python/'), p
 
 
 async def test_the_sandboxs_own_env_and_working_directory_win(session: cwa.Session, refs: Refs) -> None:

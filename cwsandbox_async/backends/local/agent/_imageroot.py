@@ -124,8 +124,9 @@ def build(image: dict[str, Any], owner: int, spawner: str | None) -> None:
         _bind(path, target)
     _move_into(root, owner)
     # The agent imports (``run_python``'s ``import json``) from the host's standard library, bound above.
+    # New entries get new finders; the template's stay cached, untouched (clearing them decrefs every name
+    # they cached: 0.3 MiB of pages shared with the template made private in each sandbox).
     sys.path[:] = [_rootfs.AGENT_ROOT, *(f"{PYTHON_ROOT}/{i}" for i in range(len(paths)))]
-    sys.path_importer_cache.clear()
 
 
 def _move_into(root: str, owner: int) -> None:
