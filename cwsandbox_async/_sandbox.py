@@ -26,9 +26,12 @@ from ._validate import MAX_FILE_BYTES, validate_count, validate_file_data, valid
 from ._verdict import exec_result, timeout_error
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ._budget import CloseBudget
     from ._settings import Timeouts
     from ._shell import Shell
+    from ._transfer import Transfer
     from .backends.base import Backend, OutputCallback
     from .metrics._aggregator import MetricsAggregator
 
@@ -362,6 +365,27 @@ class Sandbox:
         self._check_running()
         with backend_call("write_file", timeout, sandbox_id=self._id):
             await self._backend.write_file(self._id, p, payload)
+
+    async def upload(self, local_dir: str | Path, remote_dir: str, **limits: Any) -> Transfer:
+        """Copy the directory ``local_dir`` (its contents) into ``remote_dir`` (made if missing) as one archive
+        stream; a ``Transfer`` says what moved and what was left out (devices, FIFOs, symlinks leading out).
+        Traversal-safe on the sandbox's side, which trusts nothing it receives (``_archive``).
+        ``limits``: ``max_bytes`` of file data (256 MiB), ``max_members`` (100,000), ``timeout_seconds``
+        (``operation_timeout_seconds``). ``SandboxValidationError`` for a local tree it cannot read or that is
+        over a limit; ``SandboxFileError`` when the sandbox refuses the target (a file or a symlink in the way)."""
+        from ._transfer import upload
+
+        return await upload(self, local_dir, remote_dir, **limits)
+
+    async def download(self, remote_dir: str, local_dir: str | Path, **limits: Any) -> Transfer:
+        """Copy the directory ``remote_dir`` (its contents) into ``local_dir`` (made if missing) as one archive
+        stream, which the host unpacks trusting nothing in it: no path outside ``local_dir``, no symlink
+        followed (one already there included), no device, FIFO or hard link made, no setuid bit, only
+        symlinks that stay inside. ``limits`` as for ``upload``. ``SandboxFileError`` for a remote tree that
+        is missing or over a limit, or an archive the host refuses (what came before it stays written)."""
+        from ._transfer import download
+
+        return await download(self, remote_dir, local_dir, **limits)
 
     async def set_lifetime(self, seconds: float | None, *, timeout_seconds: float | None = None) -> None:
         """End the sandbox's life ``seconds`` from now even if this process dies (``Backend.set_lifetime``;
