@@ -25,7 +25,7 @@ from images.servers import Registry
 
 import cwsandbox_async as cwa
 from cwsandbox_async.backends.local import LocalBackend
-from cwsandbox_async.images import ImageOptions
+from cwsandbox_async.images import ImageOptions, list_images, prune
 
 from .conftest import bwrap_problem
 
@@ -239,3 +239,14 @@ async def test_image_sandboxes_share_a_host_uid_but_not_their_per_user_limits(se
         r = await neighbour.run_python(HOG_INOTIFY.replace("time.sleep(30)", ""), timeout_seconds=HANG_GUARD_SECONDS)
         assert int(r.stdout) == int(held)  # the neighbour gets a full share of its own
         tg.cancel_scope.cancel()
+
+
+async def test_a_running_sandbox_holds_its_image_and_a_stopped_one_lets_it_go(
+    session: cwa.Session, refs: Refs, image_options: ImageOptions
+) -> None:
+    sb = await session.sandbox(image=refs.root)
+    kept = await prune(0, image_options)  # everything not held
+    assert refs.root not in kept.removed and (await sb.exec(["cat", "hello.txt"])).stdout == "from the image\n"
+    await sb.stop()
+    gone = await prune(0, image_options)
+    assert refs.root in gone.removed and not list_images(image_options)

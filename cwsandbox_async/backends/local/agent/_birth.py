@@ -18,9 +18,11 @@ remove, and no process inside may mount another (the kernel asks for ``CAP_SYS_A
 pid namespace's owner).
 
 N reads the birth configuration from its channel (one message the driver sent with the fork
-request), creates the mount points it needs, enters a new IPC and mount namespace, mounts its
-``/proc``, becomes the sandbox's own uid of the template's namespace (a distinct host uid per sandbox
-when the driver is root), enters new user, mount, uts and (unless ``network``) net namespaces and
+request), creates the mount points it needs, enters a new IPC and mount namespace (an image sandbox:
+builds its root there, an overlay of the image's layers, and pivots into it, ``_imageroot``; any other
+hides the template's layer cache), mounts its ``/proc``, becomes the sandbox's own uid of the
+template's namespace (a distinct host uid per sandbox when the driver is root; one for every image
+sandbox, ``_host_uids``), enters new user, mount, uts and (unless ``network``) net namespaces and
 maps the sandbox's uid/gid inside to itself -- while the driver creates the sandbox's cgroups. Then
 it reads the second message (the cgroups' file descriptors as SCM_RIGHTS, and the agent's
 configuration), joins the cgroups and enters a cgroup namespace rooted there. N is PID 1 of the

@@ -23,6 +23,12 @@ the first message on the control socket. Then:
    newborn (see ``_birth``). Z then imports the agent package from its bound, read-only path and
    serves births (``_birth.serve``).
 
+The image cache's unpacked layers are in Z's root too (``layers`` in the plan, at
+``_imageroot.LAYERS``): every image sandbox's lowers. A root driver's P, still host root, makes them an
+idmapped, read-only tree first (``idmapped_layers``: the driver's files shown as the host uid image
+sandboxes run as), since only host root may; a driver that is not root binds them as they are (its
+files are its sandboxes' already).
+
 Errors before Z serves are printed to stderr and end the process with status 71 (the driver reports
 them as the backend being unavailable here).
 """
