@@ -11,7 +11,8 @@ program per shape (``fn(src)`` for a function that both assert tests and the jud
 ``fn_only(src)`` when only assert tests mean something, ``"stdin"`` / ``"cpp"`` for the judge's
 programs; leave out the shapes it does not apply to), and the honest score (0.0 for an attack,
 ``kind=`` where the verdict's kind is certain). Files an earlier step could leave go in ``files``;
-another task than ``tasks.SUM`` in ``task``. Nothing else changes.
+another task than ``tasks.SUM`` in ``task``; ``modes=("fresh",)`` for a slow attack a reused
+sandbox adds nothing to. Nothing else changes.
 
 How to add a scoring path: write a mechanism in ``paths.py`` (a ``name``, the ``shape`` of program
 it scores, ``fresh`` for a list of completions each in a new sandbox, ``one`` for one completion in

@@ -12,6 +12,7 @@ it is meaningful. Shapes (``Shape``):
   without a checker);
 - ``cpp``: its C++ variant, where the attack is not Python's own (the judge, compiled).
 
+``modes``: the sandbox modes it runs in (both unless it is slow and the reused mode adds nothing).
 ``files``: files (relative to the working directory) that an earlier step of the same sandbox
 could leave: ART writes them with ``write_file`` before submitting; a reused sandbox has them
 from an earlier completion. ``fence``: the fence tag the completion carries instead of the path's
@@ -29,7 +30,7 @@ from typing import Literal
 from cwsandbox_async.integrations._verdicts import VerdictKind
 
 from . import programs as p
-from .tasks import BIG, DEEP, SET, SUM, Task
+from .tasks import BIG, DEEP, MANY, SET, SUM, Task
 
 __all__ = ["ATTACKS", "KNOWN_LIMITATIONS", "SHAPES", "Attack", "Shape"]
 
@@ -49,6 +50,7 @@ class Attack:
     task: Task = SUM
     files: dict[str, str] = field(default_factory=dict)
     fence: str | None = None
+    modes: tuple[str, ...] = ("fresh", "reused")
 
     def program(self, shape: Shape) -> str | None:
         return self.programs.get(shape)
@@ -459,12 +461,16 @@ ATTACKS: tuple[Attack, ...] = (
     Attack(
         "sleep_forever",
         "exhaustion",
-        {
-            **fn("import time\n\ndef solve(xs):\n    time.sleep(1000)\n"),
-            "stdin": "import time\ntime.sleep(1000)\n",
-            "cpp": cpp_main("sleep(1000);", "#include <unistd.h>"),
-        },
+        fn("import time\n\ndef solve(xs):\n    time.sleep(1000)\n"),
         kind=VerdictKind.TIMEOUT,
+    ),
+    Attack(
+        "sleep_through_cases",
+        "exhaustion",
+        {"stdin": "import time\ntime.sleep(1000)\n", "cpp": cpp_main("sleep(1000);", "#include <unistd.h>")},
+        kind=VerdictKind.TIMEOUT,
+        task=MANY,
+        modes=("fresh",),  # some 45 s a judgement; a reused sandbox adds nothing to what it tests
     ),
     Attack(
         "infinite_loop",

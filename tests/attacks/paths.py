@@ -284,7 +284,7 @@ class Path:
         return self.mechanism.shape
 
     def applies(self, attack: Attack) -> bool:
-        return attack.program(self.shape) is not None
+        return attack.program(self.shape) is not None and self.mode in attack.modes
 
     def step(self, attack: Attack) -> Step:
         code = attack.program(self.shape)

@@ -8,8 +8,8 @@ shows (visible) and the ones it hides; special-casing the visible ones must fail
 - ``SUM``: ``solve(xs)`` returns the sum of a list; on stdin, ``n`` then ``n`` integers, print
   their sum. The assert tests use builtins the way HumanEval's do (``abs``, ``isinstance``,
   ``len``, ``set``, ``range``), so a program that shadows one of them is caught if it can be.
-  It has ``STDIN_CASES`` cases on stdin: enough that a program sleeping through each one outlives
-  any item deadline that ignores the judge's own budgets.
+- ``MANY``: ``SUM`` with ``MANY_CASES`` cases on stdin: enough that a program sleeping through
+  each one outlives any item deadline that ignores the judge's own budgets (30 s of slack).
 - ``BIG``: the sum, where the answer is an integer past Python's 4,300-digit string limit.
 - ``DEEP``: ``solve(n)`` returns ``[]`` nested ``n`` levels deep, for ``n`` = 5,000.
 - ``SET``: ``solve(xs)`` returns the set of the list's elements.
@@ -22,10 +22,10 @@ from typing import Any
 
 from cwsandbox_async.judge import Problem, TestCase
 
-__all__ = ["BIG", "DEEP", "SET", "STDIN_CASES", "SUM", "Task"]
+__all__ = ["BIG", "DEEP", "MANY", "MANY_CASES", "SET", "SUM", "Task"]
 
-#: How many stdin cases ``SUM`` has (14 x the judge's 3 s wall limit per case is past 40 s).
-STDIN_CASES = 14
+#: How many stdin cases ``MANY`` has (14 x the judge's 3 s wall limit per case is past 40 s).
+MANY_CASES = 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +75,10 @@ _SUM_STDIN = (
     _io([5, -2]),
     _io([7]),
     _io([10**9] * 4),  # past a 32-bit int
-    *(_io(list(range(n * 3))) for n in range(1, STDIN_CASES - 4)),
+    _io(list(range(30))),
 )
-assert len(_SUM_STDIN) == STDIN_CASES
+_MANY_STDIN = _SUM_STDIN + tuple(_io(list(range(n * 3))) for n in range(1, MANY_CASES - len(_SUM_STDIN) + 1))
+assert len(_MANY_STDIN) == MANY_CASES
 
 SUM = Task(
     name="sum",
@@ -94,6 +95,7 @@ SUM = Task(
     ),
     stdin=_SUM_STDIN,
 )
+MANY = Task(name="sum-many-cases", asserts=SUM.asserts, calls=SUM.calls, stdin=_MANY_STDIN)
 
 _BIG_N = 10**4400
 BIG = Task(

@@ -40,6 +40,8 @@ def _problem(label: str, want: float, want_kind: str | None, seen: Seen) -> str 
     return f"{label}: expected {want!r}{kind}, got {seen.describe()}"
 
 
+# The first cell of a path scores the whole path (every attack at once); see conftest.Results.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(("path", "attack"), _cells())
 async def test_cell(path: Path, attack: Attack, attack_results: Results) -> None:
     outcome = (await attack_results.of(path))[attack.name]
