@@ -9,8 +9,14 @@ tests' helpers and pushed to the registry their fixtures start.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,3 +256,75 @@ async def test_a_running_sandbox_holds_its_image_and_a_stopped_one_lets_it_go(
     await sb.stop()
     gone = await prune(0, image_options)
     assert refs.root in gone.removed and not list_images(image_options)
+
+
+#: A driver as an unprivileged user: one image sandbox and one host-root sandbox; prints what each saw.
+NON_ROOT_DRIVER = """
+import asyncio, json, os, pathlib, sys
+import cwsandbox_async as cwa
+from cwsandbox_async.backends.local import LocalBackend
+from cwsandbox_async.images import ImageOptions
+
+async def main():
+    opts = ImageOptions(cache_dir=pathlib.Path(sys.argv[2]), auth_files=())
+    async with cwa.Session(backend=LocalBackend(images=opts), handle_signals=False) as s:
+        image = await s.sandbox(image=sys.argv[1])
+        script = "id -u; ls -ln /app/hello.txt; echo new > /app/hello.txt && cat /app/hello.txt"
+        r = await image.exec(["sh", "-c", script])
+        plain = await s.sandbox()
+        q = await plain.exec(["sh", "-c", "ls -a /.cwsandbox-layers; echo end"])
+        print(json.dumps({"driver": os.getuid(), "image": r.stdout, "plain": q.stdout}))
+
+asyncio.run(main())
+"""
+
+
+def _system_python() -> str | None:
+    """An interpreter an unprivileged user can run with this checkout and the virtualenv's packages."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            probe = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if probe.stdout.strip() == "True":
+                return candidate
+    return None
+
+
+@dataclass
+class NonRoot:
+    argv: list[str]
+    env: dict[str, str]
+    home: Path
+
+
+@pytest.fixture
+def non_root() -> Iterator[NonRoot]:
+    """How to run a driver as ``nobody``: a system Python 3.11 with this checkout and the virtualenv's
+    packages on its path, and a home (its image cache) of its own."""
+    python, setpriv = _system_python(), shutil.which("setpriv")
+    if os.geteuid() != 0 or python is None or setpriv is None:
+        pytest.skip("needs root to become another user, setpriv, and a system Python 3.11")
+    site = next(Path(sys.prefix, "lib").glob("python3.11/site-packages"))
+    home = Path(tempfile.mkdtemp(prefix="cwsandbox-nobody-"))  # pytest's tmp_path is root's alone (0700)
+    os.chown(home, 65534, 65534)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": f"{Path(cwa.__file__).parent.parent}:{site}"}
+    argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", NON_ROOT_DRIVER]
+    yield NonRoot(argv, env, home)
+    shutil.rmtree(home)
+
+
+async def test_a_driver_that_is_not_root_runs_images_on_its_own_uid(refs: Refs, non_root: NonRoot) -> None:
+    """Without root (no idmapped mounts), the layers are the driver's files, which are the sandbox's user's
+    inside: the image's root owns them; a host-root sandbox of that driver (the same uid) cannot see them."""
+    argv = [*non_root.argv, refs.root, str(non_root.home / "images")]
+    done = await anyio.run_process(argv, env=non_root.env, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    seen = json.loads(done.stdout)
+    assert seen["driver"] == 65534
+    uid, listing, content = seen["image"].splitlines()
+    assert uid == "0" and listing.split()[2] == "0" and content == "new"
+    assert seen["plain"] == "end\n"  # the layer cache is below an empty tmpfs it may not even list

@@ -83,7 +83,7 @@ async def prepare(
     if found is None:
         image = await pull(d.image, options)
         stack.callback((await hold(image, options)).release)
-        found = memo[d.image] = await anyio.to_thread.run_sync(_resolve, image, options.cache_dir / "layers")
+        found = memo[d.image] = await anyio.to_thread.run_sync(_resolve, image, Path(options.cache_dir, "layers"))
     return _plan(spec, found)
 
 

@@ -84,7 +84,7 @@ class Setup:
         options = self.machine.image_options
         if options is None:
             return None
-        path = os.path.realpath(options.cache_dir / "layers")
+        path = os.path.realpath(os.path.join(options.cache_dir, "layers"))
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError as exc:
