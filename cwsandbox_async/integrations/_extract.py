@@ -7,10 +7,11 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["clean_text", "completion_text", "extract_code"]
+__all__ = ["clean_text", "completion_text", "extract_code", "foreign_fence"]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+_ANY_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+#.-]+)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def clean_text(text: str) -> str:
@@ -85,3 +86,19 @@ def extract_code(text: str) -> str | None:
         code = textwrap.dedent(fences[-1]).strip("\n")
         return code if code.strip() else None
     return None
+
+
+def foreign_fence(text: str) -> str | None:
+    """The language tag of a completion's last fenced block when it holds code and is not Python, else ``None``.
+
+    What ``extract_code`` found no Python in may still be code: a program fenced as ```` ```cpp ````
+    is a program in a language this reward does not run, which the reward scores (0.0,
+    ``compile_error``) rather than leaving unscored as "no code". Never raises.
+    """
+    if not isinstance(text, str):
+        return None
+    fences = [(tag, body) for tag, body in _ANY_FENCE_RE.findall(clean_text(text)) if body.strip()]
+    if not fences:
+        return None
+    tag = fences[-1][0]
+    return None if tag.lower() in ("python", "python3", "py") else tag

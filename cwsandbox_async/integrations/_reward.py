@@ -34,7 +34,7 @@ from .._log import log
 from .._validate import validate_timeout
 from ..gatherer._outcome import OutcomeKind
 from ..judge._reward import JudgeItem, JudgeOptions, JudgeScoring
-from ._extract import completion_text, extract_code
+from ._extract import completion_text, extract_code, foreign_fence
 from ._item import HARNESSES, ItemSettings, run_item
 from ._verdict_table import log_verdict_table
 from ._verdicts import CompletionVerdict, VerdictKind, judged_verdict
@@ -203,6 +203,19 @@ class RewardCore:
             out.append(None if code is None or not code.strip() else (code, test))
         return out
 
+    def _no_program(self, index: int, completion: Any) -> CompletionVerdict:
+        """The verdict of a completion without Python code: code in another language is a 0.0, never unscored.
+
+        With the default extractor, a completion whose last fenced block names another language
+        (```` ```cpp ````) holds a program this reward does not run: ``compile_error``, 0.0, so a policy
+        cannot escape a wrong answer's 0.0 by fencing it otherwise. No code at all is ``no_code`` (None).
+        """
+        language = foreign_fence(completion_text(completion)) if self.extractor is extract_code else None
+        if language is not None:
+            reason = f"its code is fenced as {language!r}; this reward runs Python"
+            return CompletionVerdict(index, VerdictKind.COMPILE_ERROR, 0.0, reason)
+        return CompletionVerdict(index, VerdictKind.NO_CODE, None, "the completion holds no code")
+
     async def _run_one(self, source: SandboxSource, index: int, code: str, tests: str | None) -> CompletionVerdict:
         # every log line of this item (the exec's timeout, a retry) names its completion
         with structlog.contextvars.bound_contextvars(completion=index):
@@ -276,10 +289,10 @@ class RewardCore:
             ]
         else:
             programs = self.programs(completions, kwargs)
-            verdicts = [
-                CompletionVerdict(i, VerdictKind.NO_CODE, None, "the completion holds no code") if p is None else None
-                for i, p in enumerate(programs)
-            ]
+            verdicts = [None] * len(programs)
+            for i, p in enumerate(programs):
+                if p is None:
+                    verdicts[i] = self._no_program(i, completions[i])
             index = [i for i, p in enumerate(programs) if p is not None]
             work = [functools.partial(self._run_one, source, i, *p) for i, p in enumerate(programs) if p is not None]
         bugs: list[BaseException] = []

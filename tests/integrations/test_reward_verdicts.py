@@ -120,6 +120,21 @@ async def test_verdicts_on_the_fake_backend_and_a_bad_callback_setting() -> None
             code_reward(**bad)
 
 
+async def test_code_fenced_as_another_language_scores_zero_not_none() -> None:
+    """A wrong answer must not escape its 0.0 by fencing itself as a language the reward does not run."""
+    reward = code_reward(tests_column="tests", pool_size=0, verbose=False, backend=fake())
+    cpp = "```cpp\nint main() { return 0; }\n```"
+    prose = "No code here, only ```inline``` words."
+    try:
+        rewards = await reward(completions=[cpp, prose, "```\n" + RIGHT + "```"], tests=[TESTS] * 3)
+    finally:
+        await reward.aclose()
+    assert rewards == [0.0, None, 1.0]
+    first = reward.last_verdicts[0]
+    assert first.kind is VerdictKind.COMPILE_ERROR and "fenced as 'cpp'" in first.reason, first
+    assert reward.last_verdicts[1].kind is VerdictKind.NO_CODE
+
+
 BUSY = "while True:\n    pass\n"
 #: Correct, and needs about 1 s of CPU: more than its 2 s timeout allows with a seventh of a core.
 SLOW = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end:\n    pass\n" + RIGHT
