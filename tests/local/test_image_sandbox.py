@@ -100,6 +100,10 @@ async def test_an_image_runs_as_its_root_with_its_env_and_working_directory(sess
     # it writes anywhere in its root: the image's directories and new ones at the top
     w = await _sh(sb, "echo edited > /app/hello.txt && mkdir /newdir && echo x > /newdir/f && cat /app/hello.txt")
     assert w.returncode == 0 and w.stdout == "edited\n", w
+    # file calls (the native spawner, or a fork of PID 1) write as the image's root
+    await sb.write_file("/app/written.txt", b"by the driver")
+    assert await sb.read_file("/app/written.txt") == b"by the driver"
+    assert (await _sh(sb, "ls -ln /app/written.txt")).stdout.split()[2:4] == ["0", "0"]
     # the agent needs nothing from the image (busybox has no Python): run_python imports the host's stdlib
     source = "import colorsys, fractions, json, os; print(json.dumps([os.getuid(), os.getcwd(), colorsys.__file__]))"
     p = await sb.run_python(source)  # colorsys and fractions: not preloaded, imported from disk in the sandbox
