@@ -57,7 +57,7 @@ WRAPPER = (
     "__cws_state=$1 __cws_cmd=$2\n"
     "set --\n"
     "__cws_save() {\n"
-    "  __cws_rc=$? __cws_flags=$-\n"
+    "  __cws_rc=$? __cws_so=$SHELLOPTS __cws_bo=$BASHOPTS\n"
     "  trap - EXIT\n"
     "  { set +euxv; } 2>/dev/null\n"
     "  __cws_dir=$PWD\n"
@@ -68,12 +68,9 @@ WRAPPER = (
     "    alias -p\n"
     "    printf 'cd -- %q\\n' \"$__cws_dir\"\n"
     "    umask -p\n"
-    "    shopt -p\n"
-    "    set +o\n"
-    "    case $__cws_flags in *e*) echo 'set -e';; esac\n"
-    "    case $__cws_flags in *u*) echo 'set -u';; esac\n"
-    "    case $__cws_flags in *v*) echo 'set -v';; esac\n"
-    "    case $__cws_flags in *x*) echo 'set -x';; esac\n"
+    # the options last, two commands each: a fresh bash's own off (evaluated then), the saved ones on
+    "    echo 'shopt -u ${BASHOPTS//:/ }; set +o ${SHELLOPTS//:/ +o }'\n"
+    '    printf \'shopt -s %s; set -o %s\\n\' "${__cws_bo//:/ }" "${__cws_so//:/ -o }"\n'
     '  } >| "$__cws_state" 2>/dev/null\n'
     '  exit "$__cws_rc"\n'
     "}\n"

@@ -22,7 +22,7 @@ import cwsandbox_async as cwa
 from cwsandbox_async._errors import SandboxNotFoundError
 from cwsandbox_async.backends.local._registry import Registry, pid_alive
 
-from .conftest import exists, requires_isolation
+from .conftest import exists, requires_isolation, wait_until
 
 pytestmark = requires_isolation
 
@@ -161,6 +161,7 @@ async def test_a_sandbox_dies_with_its_creators_process_and_the_attached_handle_
         sb = await s.attach(creator.sid)
         creator.proc.kill()
         creator.proc.wait(HANG_GUARD_SECONDS)
+        await wait_until(lambda: not pid1_alive(state_dir, creator.sid))  # the kernel's kills take a moment
         with pytest.raises(cwa.SandboxNotRunningError):
             await sb.exec(["true"])
 
