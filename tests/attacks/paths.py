@@ -6,7 +6,8 @@ harness, the judge through ``code_reward(judge=...)`` in Python, C++, call-based
 
 - ``fresh``: a fresh sandbox per completion. The ``code_reward`` mechanisms score every attack of
   the path as one batch (their real path); should the batch raise, each attack is scored alone
-  so the raise is charged to the attack that caused it.
+  so the raise is charged to the attack that caused it. ART writes an attack's ``files`` with its
+  ``write_file`` tool first (same episode, same sandbox); the other mechanisms have no earlier step.
 - ``reused``: one sandbox for a sequence of completions: an honest correct one (it leaves what a
   completion leaves), the attack (after ``Attack.files`` are written, as an earlier completion or
   ART's ``write_file`` could), then a wrong one and a correct one. The neighbours must score 0.0
