@@ -222,20 +222,21 @@ class Sandbox:
         exclusive: bool = False,
         cpu_priority: bool = False,
     ) -> ExecResult:
-        """Run Python source, as ``exec(["python3", "-c", source])`` would, on the fastest path the backend has.
+        """Run Python source, as ``exec(["python3", "-I", "-c", source])`` would, on the fastest path the backend has.
 
-        The local backend forks its agent's warm interpreter instead of starting a
-        new one (about 40 times cheaper than ``python3 -c``); other backends run
-        ``python3 -c``. Differences from a fresh ``python3 -c`` on the fast path:
+        Isolated mode (``-I``): no ``PYTHON*`` variable, user site directory or working directory
+        decides what runs before ``source``. The local backend forks its agent's warm interpreter
+        instead of starting a new one (about 40 times cheaper than ``python3 -c``); other backends run
+        ``python3 -I -c``. Differences from a fresh ``python3 -c`` on the fast path:
         modules the agent preloaded (``typing``, ``math``, ``re``, ``collections`` ...
         see ``LocalBackend(preload=...)``) are already in ``sys.modules``, the
         interpreter ran with ``-I`` (no ``PYTHON*`` variables, no user site), and
         ``sys.argv`` is ``["-c"]``. The exit code is 0, the ``SystemExit`` code, or 1
         after an uncaught exception (its traceback on stderr). Timeout, output cap,
         ``check``, ``cpu_seconds``, ``exclusive``, ``cpu_priority``, ``exec_stats`` and metrics behave
-        exactly as for ``exec``; the result's ``command`` is ``("python3", "-c", source)``.
+        exactly as for ``exec``; the result's ``command`` is ``("python3", "-I", "-c", source)``.
         """
-        argv = ["python3", "-c", source]
+        argv = ["python3", "-I", "-c", source]
         req = self._request(
             argv, timeout_seconds, cwd, env, stdin, max_output_bytes, cpu_seconds, exclusive, cpu_priority
         )
@@ -273,7 +274,7 @@ class Sandbox:
         try:
             with backend_call("exec", req.timeout_seconds + self._timeouts.exec_grace_seconds, sandbox_id=sid):
                 if python:
-                    ex = await backend.run_python(sid, req.argv[2], req, on_output)
+                    ex = await backend.run_python(sid, req.argv[-1], req, on_output)  # python3 -I -c SOURCE
                 else:
                     ex = await backend.exec(sid, req, on_output)
         except SandboxError as exc:

@@ -107,12 +107,15 @@ class Backend(abc.ABC):
     ) -> ExecExit:
         """Run Python ``source`` with ``request``'s cwd, env, stdin, timeout and output cap.
 
-        The default runs ``("python3", "-c", source)`` through ``exec`` (``request.argv``
-        is ignored). A backend with a warm interpreter (the local agent) overrides it
-        with something faster that keeps the same results: exit code 0, the
+        The default runs ``("python3", "-I", "-c", source)`` through ``exec`` (``request.argv``
+        is ignored): isolated mode, so no ``PYTHON*`` variable, user site directory or working
+        directory decides what runs before ``source`` (a ``sitecustomize.py`` an earlier command
+        wrote on ``PYTHONPATH`` does not). A backend with a warm interpreter (the local agent)
+        overrides it with something faster that keeps the same results: exit code 0, the
         ``SystemExit`` code, or 1 after an uncaught exception.
         """
-        return await self.exec(sandbox_id, dataclasses.replace(request, argv=("python3", "-c", source)), on_output)
+        argv = ("python3", "-I", "-c", source)
+        return await self.exec(sandbox_id, dataclasses.replace(request, argv=argv), on_output)
 
     @abc.abstractmethod
     async def read_file(self, sandbox_id: str, path: str, max_bytes: int) -> bytes:

@@ -134,6 +134,7 @@ async def run_item_with_result(
                     python=settings.python,
                     exclusive=True,
                     cpu_priority=priority,
+                    isolated=True,  # nothing an earlier command wrote (a sitecustomize.py) runs before the harness
                 )
             except SandboxTimeoutError as exc:
                 partial = exc.result

@@ -50,6 +50,7 @@ async def run_python(
     exclusive: bool = False,
     cpu_seconds: float | None = None,
     cpu_priority: bool = False,
+    isolated: bool = False,
 ) -> ExecResult:
     """Run ``source`` with the sandbox's Python and return the result (a non-zero exit is a result).
 
@@ -76,10 +77,11 @@ async def run_python(
             cpu_seconds=cpu_seconds,
             cpu_priority=cpu_priority,
         )
-    argv = [python, "-c", source]
+    flags = ["-I"] if isolated else []
+    argv = [python, *flags, "-c", source]
     if not small:
-        argv = [python, f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"]
-        await sandbox.write_file(argv[1], source)
+        argv = [python, *flags, f"/tmp/cwsandbox_{uuid.uuid4().hex[:12]}.py"]
+        await sandbox.write_file(argv[-1], source)
     return await sandbox.exec(
         argv,
         timeout_seconds=timeout_seconds,

@@ -373,3 +373,36 @@ async def test_a_writable_directory_on_the_import_path_is_not_the_tests_import_p
             assert (verdict.kind, verdict.score) == ("wrong_answer", 0.0), verdict
             right = await run_item(sb, 0, RIGHT, TESTS, settings)
             assert right.kind == "passed", right
+
+
+#: Run by any interpreter that starts with ``/tmp/lib`` on ``PYTHONPATH``, before its first line: every verdict
+#: line that T writes with ``json.dumps`` then says "passed".
+SITECUSTOMIZE = """import json
+_dumps = json.dumps
+def dumps(o, *a, **k):
+    if isinstance(o, dict) and "kind" in o:
+        o = dict(o, kind="passed")
+    return _dumps(o, *a, **k)
+json.dumps = dumps
+"""
+
+
+async def test_code_an_earlier_command_left_for_interpreter_startup_never_runs_before_the_harness(
+    local_only: None,
+) -> None:
+    """A ``sitecustomize.py`` on ``PYTHONPATH`` runs when an interpreter starts, before any line of the harness
+    could clean its path: the harness runs in isolated mode (``-I``) on every path, so it never does."""
+    from cwsandbox_async import Session
+    from cwsandbox_async.integrations._item import ItemSettings, run_item
+
+    async with Session(backend="local") as session, session.sandbox(env={"PYTHONPATH": "/tmp/lib"}) as sb:
+        with anyio.fail_after(HANG_GUARD_SECONDS):
+            await sb.write_file("/tmp/lib/sitecustomize.py", SITECUSTOMIZE)
+            probe = await sb.exec(["python3.11", "-c", "import json; print(json.dumps({'kind': 1}))"])
+            assert "passed" in probe.stdout, probe  # the plant runs in an interpreter started without -I
+            for python in ("python3.11", "python3"):
+                settings = ItemSettings(timeout_seconds=20, python=python)
+                verdict = await run_item(sb, 0, WRONG, TESTS, settings)
+                assert (verdict.kind, verdict.score) == ("wrong_answer", 0.0), (python, verdict)
+                right = await run_item(sb, 0, RIGHT, TESTS, settings)
+                assert right.kind == "passed", (python, right)

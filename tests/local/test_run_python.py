@@ -28,7 +28,7 @@ async def test_run_python_output_exit_codes_and_io(tag: str) -> None:
         r = await sb.run_python(PROBE, stdin=b"in!", cwd="/tmp")
         assert r.stdout == "['-c'] /tmp sandbox-default in!\nTrue __main__\n"
         assert (r.returncode, r.stderr) == (0, "err\n")
-        assert r.command[:2] == ("python3", "-c")
+        assert r.command[:3] == ("python3", "-I", "-c")
         r = await sb.run_python("import os; print(os.environ['X'])", env={"X": "per-call"})
         assert r.stdout == "per-call\n"
         assert (await sb.run_python("raise SystemExit(3)")).returncode == 3

@@ -72,7 +72,8 @@ class PlainRunner(BaseRunner):
 
     async def run_python(self, source: str, request: ExecRequest, on_output: OutputCallback | None) -> ExecExit:
         env = {**SAFE_PATH_ENV, **request.env}
-        return await self.exec(dataclasses.replace(request, argv=("python3", "-c", source), env=env), on_output)
+        argv = ("python3", "-I", "-c", source)  # isolated, as the warm interpreter and Backend.run_python
+        return await self.exec(dataclasses.replace(request, argv=argv, env=env), on_output)
 
     async def read(self, path: str, max_bytes: int) -> bytes:
         timeout = self.machine.options.plain_file_timeout
