@@ -117,7 +117,11 @@ class AttachedRunner(AgentRunner):
             raise SandboxNotFoundError(
                 f"sandbox {sid} closed the channel: {link.channel.closed_reason}", sandbox_id=sid, infrastructure=False
             )
-        self.env = {**sandbox_env(str(defaults.get("working_dir") or "/workspace")), **(defaults.get("env") or {})}
+        if defaults.get("image"):  # the image's environment and working directory, whole (``_image_run``)
+            self.env = dict(defaults.get("env") or {})
+            self.default_cwd = defaults.get("cwd")
+        else:
+            self.env = {**sandbox_env(str(defaults.get("working_dir") or "/workspace")), **(defaults.get("env") or {})}
         self.spec = dataclasses.replace(
             self.spec,
             defaults=dataclasses.replace(

@@ -107,6 +107,8 @@ class BornRunner(AgentRunner):
         self.slot, self.host_uid = m.ids.take(image=self.image is not None)
         self.entry = m.entry(spec, self.found, MARKER, self.created_at, self.host_uid, None, None)
         self.entry["marker"] = MARKER
+        if self.image is not None:  # an attach runs commands as this sandbox does: the image's env and directory
+            self.entry["defaults"].update(env=self.image.env, cwd=self.image.working_dir, image=True)
         birth = {
             "mkdirs": [p for p in (d.working_dir,) if not p.startswith("/tmp/")],
             "uid": self.slot,
