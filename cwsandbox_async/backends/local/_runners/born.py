@@ -49,7 +49,10 @@ from .._template import MARKER, Template, pidfd_pid
 from ..agent.protocol import MAX_BIRTH_CONFIG
 from .base import AgentRunner, Machine, agent_start_error
 
-__all__ = ["OOM_SCORE", "BornRunner", "hold_oom_score"]
+__all__ = ["KEPT_HOLDS", "OOM_SCORE", "BornRunner", "hold_oom_score"]
+
+#: Image holds of sandboxes another process adopted (``teardown``): kept until this process exits.
+KEPT_HOLDS: list[contextlib.AsyncExitStack] = []
 
 #: Every sandbox process's OOM score: a host out of memory kills sandboxes before anything else.
 OOM_SCORE = 1000
@@ -220,11 +223,16 @@ class BornRunner(AgentRunner):
 
     # -- teardown ----------------------------------------------------------------
     async def teardown(self) -> None:
-        """``_stop``, then the image's hold on its layers goes, however the stop ended."""
+        """``_stop``, then the image's hold on its layers goes, however the stop ended; unless another process
+        adopted the sandbox, which still runs on them: then the hold stays until this process exits
+        (``KEPT_HOLDS``), as the template does (``Setup.aclose``)."""
         try:
             await self._stop()
         finally:
-            await self.image_hold.aclose()  # its layers may be collected again
+            if self.adopted_away:
+                KEPT_HOLDS.append(self.image_hold)
+            else:
+                await self.image_hold.aclose()  # its layers may be collected again
 
     async def _stop(self) -> None:
         """Stop the sandbox and release everything it holds (bounded by the caller).
