@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from cwsandbox_async._types import ExecRequest
+from cwsandbox_async.backends.coreweave import CoreWeaveBackend
 from cwsandbox_async.testing.contract import make_request, make_spec
 from cwsandbox_async.testing.coreweave import CoreWeaveTestServer
 
@@ -14,11 +15,11 @@ from .conftest import BackendFactory
 BURST = 12
 
 
-async def _burst(backend: object, sandbox_id: str) -> list[tuple[int, bytes]]:
+async def _burst(backend: CoreWeaveBackend, sandbox_id: str) -> list[tuple[int, bytes]]:
     results: list[tuple[int, bytes]] = [(-1, b"")] * BURST
 
     async def one(i: int) -> None:
-        r = await backend.exec(sandbox_id, make_request("/bin/sh", "-c", f"echo {i}; exit {i % 3}"))  # type: ignore[attr-defined]
+        r = await backend.exec(sandbox_id, make_request("/bin/sh", "-c", f"echo {i}; exit {i % 3}"))
         results[i] = (r.returncode, r.stdout)
 
     async with anyio.create_task_group() as tg:
