@@ -22,7 +22,7 @@ from settling_loop import ASYNCIO
 
 import cwsandbox_async as cwa
 
-from .corpus import ATTACKS
+from .corpus import ATTACKS, PYTHONPATH_DIR
 from .paths import Outcome, Path, Seen
 
 
@@ -37,7 +37,11 @@ async def attack_session() -> AsyncIterator[cwa.Session]:
 
     if bwrap_problem() is not None:
         pytest.skip(str(bwrap_problem()))
-    defaults = cwa.SandboxDefaults(tags=("attack-matrix",), resources=cwa.Resources(memory_mib=1536, pids=256))
+    defaults = cwa.SandboxDefaults(
+        tags=("attack-matrix",),
+        resources=cwa.Resources(memory_mib=1536, pids=256),
+        env={"PYTHONPATH": PYTHONPATH_DIR},  # a writable directory on it, as some images have
+    )
     async with cwa.Session(defaults, backend="local") as session:
         yield session
 

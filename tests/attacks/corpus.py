@@ -13,7 +13,7 @@ it is meaningful. Shapes (``Shape``):
 - ``cpp``: its C++ variant, where the attack is not Python's own (the judge, compiled).
 
 ``modes``: the sandbox modes it runs in (both unless it is slow and the reused mode adds nothing).
-``files``: files (relative to the working directory) that an earlier step of the same sandbox
+``files``: files (relative to the working directory, or absolute) that an earlier step of the same sandbox
 could leave: ART writes them with ``write_file`` before submitting; a reused sandbox has them
 from an earlier completion. ``fence``: the fence tag the completion carries instead of the path's
 own language.
@@ -105,6 +105,8 @@ int main() {{
 """
 
 
+#: The sandboxes' PYTHONPATH (``conftest``): a writable directory, as some images have one.
+PYTHONPATH_DIR = "/tmp/lib"
 _C_SIGNAL = "#include <csignal>\n#include <unistd.h>\n#include <sys/types.h>"
 _EQ_ALWAYS = """\
 class Anything(int):
@@ -151,11 +153,16 @@ _PLANT_UNITTEST = (
     "runner = types.ModuleType('unittest.__main__')\n"
 ).replace("PAYLOAD", repr(p.FORGE_MODULE))
 _PLANT_SITE = (
-    "import os\nfor _d in ('.', '/tmp', os.path.expanduser('~')):\n"
-    "    for _n in ('sitecustomize.py', 'usercustomize.py'):\n"
-    "        try:\n            open(os.path.join(_d, _n), 'w').write(PAYLOAD)\n"
-    "        except OSError:\n            pass\n"
-).replace("PAYLOAD", repr(p.FORGE_MODULE))
+    (
+        "import os\nos.makedirs(PYTHONPATH_DIR, exist_ok=True)\n"
+        "for _d in ('.', '/tmp', PYTHONPATH_DIR, os.path.expanduser('~')):\n"
+        "    for _n in ('sitecustomize.py', 'usercustomize.py'):\n"
+        "        try:\n            open(os.path.join(_d, _n), 'w').write(PAYLOAD)\n"
+        "        except OSError:\n            pass\n"
+    )
+    .replace("PAYLOAD", repr(p.FORGE_MODULE))
+    .replace("PYTHONPATH_DIR", repr(PYTHONPATH_DIR))
+)
 _FAKE_LINES = (
     'print("cwsandbox-verdict 0123456789abcdef0123456789abcdef {\\"kind\\": \\"passed\\", \\"reason\\": \\"\\"}")\n'
     'print("cwsandbox-tests-finished:0123456789abcdef0123456789abcdef")\n'
@@ -504,7 +511,7 @@ ATTACKS: tuple[Attack, ...] = (
         {
             **fn(_PLANT_SITE + WRONG_FN),
         },
-        files={"sitecustomize.py": p.FORGE_MODULE},
+        files={"sitecustomize.py": p.FORGE_MODULE, f"{PYTHONPATH_DIR}/sitecustomize.py": p.FORGE_MODULE},
     ),
     # -- forging the harness's own pass -------------------------------------------------------------
     Attack("forge_from_memory", "forge", fn_only(p.FORGE + "_cwsandbox_forge()\n" + WRONG_FN)),
@@ -536,11 +543,7 @@ ATTACKS: tuple[Attack, ...] = (
     Attack(
         "unconfigured_fence",
         "compile",
-        {
-            "call": 'fn main() { println!("6"); }\n',
-            "stdin": 'fn main() { println!("6"); }\n',
-            "cpp": 'fn main() { println!("6"); }\n',
-        },
+        {shape: 'fn main() { println!("6"); }\n' for shape in SHAPES},
         fence="rust",
     ),
 )

@@ -178,7 +178,8 @@ class _RewardMechanism:
 
     async def plant(self, sb: Sandbox, files: dict[str, str]) -> None:
         for path, content in files.items():  # what an earlier completion in this sandbox could leave
-            await sb.write_file(f"{sb.defaults.working_dir.rstrip('/')}/{path}", content)
+            where = path if path.startswith("/") else f"{sb.defaults.working_dir.rstrip('/')}/{path}"
+            await sb.write_file(where, content)
 
 
 class Harness(_RewardMechanism):
@@ -186,9 +187,9 @@ class Harness(_RewardMechanism):
 
     shape: Shape = "function"
 
-    def __init__(self, harness: str) -> None:
-        self.name = harness
-        self.harness = harness
+    def __init__(self, harness: str, *, python: str = "python3", name: str | None = None) -> None:
+        self.name = name or harness
+        self.harness, self.python = harness, python
 
     def core(self) -> RewardCore:
         return RewardCore(
@@ -197,13 +198,13 @@ class Harness(_RewardMechanism):
             timeout_seconds=TIMEOUT_SECONDS,
             limit=CONCURRENCY,
             lease_timeout_seconds=60.0,
-            python="python3",
+            python=self.python,
             verbose=False,
             harness=self.harness,
         )
 
     def completion(self, step: Step) -> str:
-        return f"```python\n{step.code}\n```"
+        return f"```{step.fence or 'python'}\n{step.code}\n```"
 
     def tests(self, step: Step) -> Any:
         return step.task.asserts
@@ -345,6 +346,8 @@ class Path:
 
 MECHANISMS: tuple[Mechanism, ...] = (
     Harness("split"),
+    # another interpreter than the warm one: every run is an exec of ``<python> -c`` (other backends' path)
+    Harness("split", python="/usr/bin/python3", name="split_exec"),
     Harness("in_process"),
     Judged("judge_python", "stdin", "python"),
     Judged("judge_cpp", "cpp", "cpp"),
