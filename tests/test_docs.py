@@ -95,6 +95,18 @@ async def _coreweave(env: dict[str, str], tmp: Path) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
+async def _registry(env: dict[str, str], tmp: Path) -> AsyncIterator[None]:
+    """A distribution registry on 127.0.0.1 serving busybox as the ``docker.io`` mirror, and a fresh image cache."""
+    from images.docs_service import REGISTRY_BINARY, docs_registry
+
+    if REGISTRY_BINARY is None:
+        pytest.skip("the image blocks need a distribution registry binary (Debian's docker-registry)")
+    with docs_registry(tmp) as extra:
+        env.update(extra)
+        yield
+
+
+@asynccontextmanager
 async def _tiny_model(env: dict[str, str], tmp: Path) -> AsyncIterator[None]:
     """A tiny random causal LM saved to disk, handed to the block as ``MODEL`` (no Hub access)."""
     env["MODEL"] = await anyio.to_thread.run_sync(_save_tiny_model, tmp / "tiny-model")
@@ -118,6 +130,7 @@ SERVICES: dict[str, Callable[[dict[str, str], Path], AbstractAsyncContextManager
     "kubernetes": _kubernetes,
     "coreweave": _coreweave,
     "tiny-model": _tiny_model,
+    "registry": _registry,
 }
 
 
@@ -146,6 +159,10 @@ def _env(tmp: Path) -> dict[str, str]:
         "WANDB_DISABLE_WEAVE",
         "CWSANDBOX_API_KEY",
         "CWSANDBOX_BASE_URL",
+        "CWSANDBOX_IMAGE_CACHE",
+        "CWSANDBOX_REGISTRY_MIRRORS",
+        "CWSANDBOX_INSECURE_REGISTRIES",
+        "CWSANDBOX_IMAGE_CACHE_MAX_BYTES",
     ):
         env.pop(key, None)
     return env
