@@ -14,7 +14,9 @@ from ._errors import (
     SandboxError,
     SandboxExecutionError,
     SandboxFileError,
+    SandboxNotFoundError,
     SandboxNotRunningError,
+    SandboxNotSupportedError,
     SandboxTerminatedError,
     SandboxTimeoutError,
     SandboxTransportError,
@@ -24,6 +26,8 @@ from ._process import Process
 from ._sandbox import Sandbox
 from ._session import Session
 from ._settings import Timeouts
+from ._shell import Shell
+from ._transfer import Transfer
 from ._types import (
     ExecOutcome,
     ExecResult,
@@ -71,7 +75,9 @@ __all__ = [
     "SandboxExecutionError",
     "SandboxFileError",
     "SandboxInfo",
+    "SandboxNotFoundError",
     "SandboxNotRunningError",
+    "SandboxNotSupportedError",
     "SandboxPool",
     "SandboxStatus",
     "SandboxTerminatedError",
@@ -79,7 +85,9 @@ __all__ = [
     "SandboxTransportError",
     "SandboxValidationError",
     "Session",
+    "Shell",
     "Timeouts",
+    "Transfer",
     "__version__",
     "as_completed",
     "gather",

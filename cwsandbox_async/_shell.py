@@ -75,6 +75,8 @@ WRAPPER = (
     '  exit "$__cws_rc"\n'
     "}\n"
     "trap __cws_save EXIT\n"
+    # a run ended by its timeout (a backend that sends SIGTERM first) keeps the state from before it
+    "trap 'trap - EXIT; exit 143' TERM\n"
     'eval "$__cws_cmd"\n'
     "__cws_save\n"
 )

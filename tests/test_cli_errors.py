@@ -81,12 +81,19 @@ def test_truncated_output_is_said_on_stderr(local: None) -> None:
     assert fine.returncode == 0 and "truncated" not in fine.stderr
 
 
-async def test_an_image_on_the_local_backend_is_a_warning_once_per_session(local: None) -> None:
-    with capture_logs() as logs:
-        async with Session(backend="local", defaults={"image": "python:3.12"}) as s:
+async def test_an_image_where_the_local_backend_cannot_run_one_is_a_warning_once_per_session(local: None) -> None:
+    """Template-born sandboxes run images (tests/local/test_image_sandbox.py); a backend without them
+    (here ``isolation="none"``, asked for by name) says once that it ignores the image."""
+
+    async def twice() -> None:
+        options = {"isolation": "none"}
+        async with Session(backend="local", backend_options=options, defaults={"image": "python:3.12"}) as s:
             for _ in range(2):
                 async with s.sandbox():
                     pass
+
+    with capture_logs() as logs, pytest.warns(RuntimeWarning, match="NOT isolated"):
+        await twice()
     warned = [e for e in logs if "image ignored" in e["event"]]
     assert len(warned) == 1 and warned[0]["log_level"] == "warning" and warned[0]["image"] == "python:3.12"
     assert "host's root file system" in warned[0]["event"]

@@ -22,7 +22,9 @@ def test_all_is_sorted_and_complete() -> None:
     for name in cwa.__all__:
         assert hasattr(cwa, name), name
     public = {n for n in dir(cwa) if not n.startswith("_")}
-    subpackages = {"backends", "cli", "gatherer", "images", "integrations", "judge", "metrics", "pool", "reporters", "testing"}
+    subpackages = {
+        "backends", "cli", "gatherer", "images", "integrations", "judge", "metrics", "pool", "reporters", "testing",
+    }  # fmt: skip
     leaked = public - set(cwa.__all__) - subpackages  # no stray `annotations` (a __future__ import) either
     assert leaked == set(), f"names exported without being in __all__: {sorted(leaked)}"
 
@@ -34,9 +36,10 @@ PUBLIC_NAMES = [
     "Outcome", "OutcomeKind", "OutcomeStream", "PoolClosedError", "PoolError", "PoolState",
     "PoolStatistics", "PoolTimeoutError", "Process", "ProcessResult", "Resources", "Sandbox",
     "SandboxBackendUnavailableError", "SandboxCreationError", "SandboxDefaults", "SandboxError",
-    "SandboxExecutionError", "SandboxFileError", "SandboxInfo", "SandboxNotRunningError", "SandboxPool",
-    "SandboxStatus", "SandboxTerminatedError", "SandboxTimeoutError", "SandboxTransportError",
-    "SandboxValidationError", "Session", "Timeouts", "__version__", "as_completed", "gather", "gather_groups", "wait",
+    "SandboxExecutionError", "SandboxFileError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotRunningError",
+    "SandboxNotSupportedError", "SandboxPool", "SandboxStatus", "SandboxTerminatedError", "SandboxTimeoutError",
+    "SandboxTransportError", "SandboxValidationError", "Session", "Shell", "Timeouts", "Transfer", "__version__",
+    "as_completed", "gather", "gather_groups", "wait",
 ]  # fmt: skip
 
 
