@@ -37,7 +37,7 @@ from ._cases import CaseDecider, stop_at_first_failure, timed_out, unreported
 from ._checker import Checker, check_checker, run_checker
 from ._compare import COMPARE_MODES, DEFAULT_TOL
 from ._languages import Language, get_language
-from ._plan import CACHE_DIR, MAX_RERUNS, Plan, budget_seconds, make_plan, output_cap
+from ._plan import CACHE_DIR, Plan, budget_seconds, make_plan, output_cap
 from ._problem import Problem
 from ._reasons import compile_reason, result_reason
 from ._runjob import Ended, JobReport, RawCase, run_job
@@ -69,7 +69,7 @@ class Judge:
     - ``limits``: per-case limits (``Limits``); a judgement may pass its own.
     - ``pool``: lease sandboxes from this pool instead of creating one per completion.
     - ``starved_retries``: how often a case whose time ran out while it was starved of CPU is
-      re-run alone before it is ``STARVED`` (at most ``MAX_RERUNS`` cases per completion are).
+      re-run alone before it is ``STARVED``.
 
     Verdict counts go to the session's metrics (``cwsandbox/judge_<verdict>``, per case, and
     ``judge_completions``). Raises ``SandboxValidationError`` for bad settings.
@@ -156,7 +156,7 @@ class Judge:
     def budget_seconds(self, cases: int, language: str | Language, limits: Limits | None = None) -> float:
         """The longest judging ``cases`` test cases in ``language`` can take, every exec at its timeout."""
         checker = self.compare if isinstance(self.compare, Checker) else None
-        return budget_seconds(get_language(language), limits or self.limits, cases, checker)
+        return budget_seconds(get_language(language), limits or self.limits, cases, checker, self.starved_retries)
 
     # -- judging -----------------------------------------------------------------------
     async def judge(
@@ -310,7 +310,7 @@ class Judge:
         decide = CaseDecider(self.compare, self.rel_tol, self.abs_tol, plan.step, lang, report.oom_killed)
         raw = {r.index: r for r in report.cases}
         results: list[CaseResult] = []
-        first_missing, reruns, clean = True, 0, True
+        first_missing, clean = True, True
         for i, case in enumerate(cases):
             r = raw.get(i)
             if r is None:
@@ -318,12 +318,8 @@ class Judge:
                 first_missing = False
                 continue
             if suspect_starved(r):
-                why = "" if reruns < MAX_RERUNS else f"not re-run: {MAX_RERUNS} cases of this completion were"
-                again: RawCase | None = None
-                if reruns < MAX_RERUNS:
-                    reruns += 1
-                    again, why, rerun_clean = await self._rerun(sb, plan, case, r)
-                    clean = clean and rerun_clean
+                again, why, rerun_clean = await self._rerun(sb, plan, case, r)
+                clean = clean and rerun_clean
                 if again is None:
                     detail = "its time ran out while it was starved of CPU, twice" + (f"; alone: {why}" if why else "")
                     results.append(CaseResult(i, case.name, Verdict.STARVED, detail=detail))

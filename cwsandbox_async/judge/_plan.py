@@ -32,8 +32,6 @@ CACHE_DIR = "/tmp/cwsandbox-judge-cache"
 COMPILE_WALL_FACTOR = 1.5
 #: A case suspected of being starved is re-run alone with this many times its wall limit.
 RERUN_WALL_FACTOR = 4.0
-#: At most this many starved cases of one completion are re-run; later ones are ``STARVED`` at once.
-MAX_RERUNS = 2
 #: A checker's wall limit per case (``time_seconds`` times this, plus 1 s) and its compile limit
 #: (its language's ``compile_seconds`` times this).
 CHECKER_WALL_FACTOR = 2.0
@@ -151,21 +149,24 @@ def _job_seconds(time_limit: float, wall: float, cases: int, compile_wall: float
     return RUNNER_SLACK_SECONDS + cases * (wall + 0.5) + compile_wall + SWEEP_SLACK_SECONDS + cases * time_limit
 
 
-def budget_seconds(lang: Language, lim: Limits, cases: int, checker: Checker | None) -> float:
+def budget_seconds(lang: Language, lim: Limits, cases: int, checker: Checker | None, starved_retries: int = 1) -> float:
     """The longest one judgement can take, every exec at its timeout: the toolchain check, the job
-    (compile, every case at its wall limit, the sweep), its follow-up sweep, ``MAX_RERUNS`` starved
-    reruns, and for a checker its own check, job and reruns. ``code_reward``'s item deadline."""
+    (compile, every case at its wall limit, the sweep), its follow-up sweep, every case re-run
+    ``starved_retries`` times (each case may be suspected of starving), and for a checker its own
+    check, job and reruns. ``code_reward``'s item deadline: a bound for a hung backend (every exec
+    has its own timeout), far above a judgement's usual time."""
     time_limit = lim.time_seconds + lang.time_extra_seconds
     wall = time_limit * lim.wall_factor + lim.wall_extra_seconds
     compile_wall = lang.compile_seconds * COMPILE_WALL_FACTOR + 1.0 if lang.compile is not None else 0.0
     rerun = wall * RERUN_WALL_FACTOR + 1.0 + compile_wall + time_limit + SWEEP_SLACK_SECONDS
     total = VERSION_TIMEOUT_SECONDS + _job_seconds(time_limit, wall, cases, compile_wall)
-    total += FOLLOW_UP_SWEEP_SECONDS + MAX_RERUNS * rerun
+    total += FOLLOW_UP_SWEEP_SECONDS + cases * starved_retries * rerun
     if checker is not None:
         clang = get_language(checker.language)
         c_wall = checker.time_seconds * CHECKER_WALL_FACTOR + 1.0
         c_compile = clang.compile_seconds * CHECKER_COMPILE_FACTOR if clang.compile is not None else 0.0
         check = _job_seconds(checker.time_seconds, c_wall, 0, c_compile) + FOLLOW_UP_SWEEP_SECONDS
         job = _job_seconds(checker.time_seconds, c_wall, cases, c_compile) + FOLLOW_UP_SWEEP_SECONDS
-        total += VERSION_TIMEOUT_SECONDS + check + job + MAX_RERUNS * (c_wall + 1.0)
+        c_rerun = c_wall + 1.0 + c_compile + SWEEP_SLACK_SECONDS
+        total += VERSION_TIMEOUT_SECONDS + check + job + cases * c_rerun
     return total
