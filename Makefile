@@ -48,7 +48,7 @@ $(DOCS_STAMP): $(STAMP)
 	$(PIP) -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-# The documentation site into build/site (mkdocs.yml), warnings as errors. `mkdocs serve` to preview.
+# The documentation site into .site (mkdocs.yml; a hidden name, so no top-level directory shadows a module for ruff), warnings as errors. `mkdocs serve` to preview.
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
