@@ -160,7 +160,7 @@ _PLANT_SITE = (
         "        try:\n            open(os.path.join(_d, _n), 'w').write(PAYLOAD)\n"
         "        except OSError:\n            pass\n"
     )
-    .replace("PAYLOAD", repr(p.FORGE_MODULE))
+    .replace("PAYLOAD", repr(p.REWRITE_MODULE))
     .replace("PYTHONPATH_DIR", repr(PYTHONPATH_DIR))
 )
 _FAKE_LINES = (
@@ -511,7 +511,7 @@ ATTACKS: tuple[Attack, ...] = (
         {
             **fn(_PLANT_SITE + WRONG_FN),
         },
-        files={"sitecustomize.py": p.FORGE_MODULE, f"{PYTHONPATH_DIR}/sitecustomize.py": p.FORGE_MODULE},
+        files={"sitecustomize.py": p.REWRITE_MODULE, f"{PYTHONPATH_DIR}/sitecustomize.py": p.REWRITE_MODULE},
     ),
     # -- forging the harness's own pass -------------------------------------------------------------
     Attack("forge_from_memory", "forge", fn_only(p.FORGE + "_cwsandbox_forge()\n" + WRONG_FN)),

@@ -245,3 +245,34 @@ def _global(frame, event, arg):
 
 sys.settrace(_global)
 """
+
+#: A module that, once imported at an interpreter's start (``sitecustomize``), rewrites that
+#: interpreter's verdict: a split verdict line's kind becomes "passed", an in-process harness's
+#: marker (read from its stdin) is written at a failing exit, and the exit status becomes 0.
+REWRITE_MODULE = r"""
+import os, re
+_read, _write, _exit = os.read, os.write, os._exit
+_state = {}
+
+def _patched_read(fd, n):
+    data = _read(fd, n)
+    if fd == 0 and "marker" not in _state:
+        hit = re.search(rb"cwsandbox-tests-finished:[0-9a-f]{32}", data)
+        if hit:
+            _state["marker"] = hit.group(0)
+    return data
+
+def _patched_write(fd, data):
+    if fd == 1 and b"cwsandbox-verdict " in bytes(data):
+        data = re.sub(rb'"kind": ?"[a-z_]+"', b'"kind": "passed"', bytes(data))
+        _state["forged"] = True
+    return _write(fd, data)
+
+def _patched_exit(code):
+    if code != 0 and "marker" in _state:
+        _write(1, b"\n" + _state["marker"] + b"\n")
+        code = 0
+    _exit(0 if _state.get("forged") else code)
+
+os.read, os.write, os._exit = _patched_read, _patched_write, _patched_exit
+"""
