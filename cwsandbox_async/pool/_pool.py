@@ -58,15 +58,11 @@ class SandboxPool:
       (default: adaptive, grown while create latency stays near the lowest measured and
       cut when it climbs or creates fail; ``statistics().create_limit``), and optionally
       ``create_rate`` per second (burst ``create_burst``). No rate limit by default.
-    - A create that failed for the platform (``infrastructure=True``) is retried
-      ``create_attempts`` times with exponential back-off and jitter (from
-      ``create_backoff_seconds`` up to ``create_backoff_max_seconds``). After
-      ``max_consecutive_failures`` such failures in a row, waiting leases and ``wait_ready``
-      raise ``SandboxCreationError`` instead of waiting on. A create that failed for the
-      caller's mistake (``infrastructure=False``: a validation error, refused credentials or
-      pod) is not retried: waiting leases and ``wait_ready`` get that error itself at once.
-      Either way the pool keeps trying (with a growing cool-down) and recovers on the first
-      success.
+    - A create the platform failed (``infrastructure``) is retried ``create_attempts`` times with
+      back-off (``create_backoff_seconds`` up to ``create_backoff_max_seconds``); after
+      ``max_consecutive_failures`` in a row, leases and ``wait_ready`` raise ``SandboxCreationError``.
+      A caller's mistake (a validation error, refused credentials) fails them at once, itself.
+      The pool keeps trying (a growing cool-down) and recovers on the first success.
     - ``check_on_lease`` asks the backend for the sandbox's status before handing it
       out (a dead one is discarded and replaced unseen). ``health_check_interval_seconds``
       also sweeps idle sandboxes periodically (``None`` turns the sweep off). A lease with

@@ -76,10 +76,16 @@ def test_no_import_cycle_goes_through_the_pool() -> None:
 
 #: The core below the backends: what a backend may import from outside ``backends/`` (specs, errors, checks,
 #: the logger, the SDK's names, the verdict rules, the hosted task group a backend runs its background
-#: work in). Everything else of the package (Session, Sandbox, the deadline and budget, pool, gatherer,
-#: metrics, integrations, cli, testing, the package face) is above the backends.
-BELOW = ("_errors", "_log", "_sdk", "_tasks", "_types", "_validate", "_verdict")
+#: work in, and the image layer, which knows nothing of sandboxes). Everything else of the package (Session,
+#: Sandbox, the deadline and budget, pool, gatherer, metrics, integrations, cli, testing, the package face)
+#: is above the backends.
+BELOW = ("_errors", "_log", "_sdk", "_tasks", "_types", "_validate", "_verdict", "images")
 BELOW_BACKENDS = frozenset(f"cwsandbox_async.{m}" for m in BELOW)
+
+
+def below_backends(module: str) -> bool:
+    """A module of the core below the backends (a package there counts with its own modules)."""
+    return module in BELOW_BACKENDS or any(module.startswith(f"{m}.") for m in BELOW_BACKENDS)
 
 
 def import_graph(*, typing_too: bool = False) -> dict[str, set[str]]:
@@ -142,7 +148,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_backends_import_nothing_above_them() -> None:
     """A backend reaches outside ``backends/`` only for the core below it, even for type hints."""
     upward = {
-        m: sorted(d for d in deps if not d.startswith("cwsandbox_async.backends") and d not in BELOW_BACKENDS)
+        m: sorted(d for d in deps if not d.startswith("cwsandbox_async.backends") and not below_backends(d))
         for m, deps in import_graph(typing_too=True).items()
         if m.startswith("cwsandbox_async.backends")
     }
@@ -151,7 +157,7 @@ def test_backends_import_nothing_above_them() -> None:
 
 def test_the_core_below_the_backends_imports_only_itself() -> None:
     graph = import_graph(typing_too=True)
-    upward = {m: sorted(graph[m] - BELOW_BACKENDS) for m in BELOW_BACKENDS}
+    upward = {m: sorted(d for d in graph[m] if not below_backends(d)) for m in graph if below_backends(m)}
     assert {m: deps for m, deps in upward.items() if deps} == {}
 
 
@@ -187,3 +193,14 @@ def test_one_cancellation_model() -> None:
         source = path.read_text()
         for banned in ("uncancel(", "task.cancel(", "_task.cancel(", ".cancelling("):
             assert banned not in source, f"{path.name} uses {banned}"
+
+
+def test_the_image_layer_knows_nothing_of_sandboxes() -> None:
+    """``images/`` imports only itself and the core's errors and logger: no backend, session or sandbox."""
+    allowed = ("cwsandbox_async.images", "cwsandbox_async._errors", "cwsandbox_async._log", "cwsandbox_async._validate")
+    upward = {
+        m: sorted(d for d in deps if not d.startswith(allowed))
+        for m, deps in import_graph(typing_too=True).items()
+        if m.startswith("cwsandbox_async.images")
+    }
+    assert {m: deps for m, deps in upward.items() if deps} == {}
