@@ -40,7 +40,7 @@ from ._languages import Language, get_language
 from ._plan import CACHE_DIR, Plan, budget_seconds, make_plan, output_cap
 from ._problem import Problem
 from ._reasons import compile_reason, result_reason
-from ._runjob import Ended, JobReport, RawCase, run_job
+from ._runjob import SWEEP_SLACK_SECONDS, Ended, JobReport, RawCase, run_job
 from ._toolchains import ToolchainCache
 from ._types import SCORE_MODES, CaseResult, JudgeResult, Limits, TestCase, Verdict
 from ._verdicts import score, summary_verdict, suspect_starved, tail
@@ -240,7 +240,13 @@ class Judge:
         )
 
     async def _run(
-        self, sb: Sandbox, plan: Plan, inputs: list[list[bytes]], *, exec_timeout: float | None = None
+        self,
+        sb: Sandbox,
+        plan: Plan,
+        inputs: list[list[bytes]],
+        *,
+        exec_timeout: float | None = None,
+        priority_cpu: float | None = None,
     ) -> JobReport:
         return await run_job(
             sb,
@@ -252,6 +258,7 @@ class Judge:
             stop_on_failure=self.score_mode in ("all", "first_failure"),
             exec_timeout_seconds=exec_timeout,
             remove=[plan.work],
+            priority_cpu_seconds=priority_cpu,
         )
 
     async def _compile_failed(
@@ -290,7 +297,9 @@ class Judge:
     async def _recompile(self, sb: Sandbox, plan: Plan) -> tuple[Verdict, str, bool]:
         """A compile that ran out of wall time while starved: the sandbox decides, compiling alone."""
         assert plan.compile_step is not None
-        report = await self._run(sb, plan, [], exec_timeout=plan.compile_step.wall_seconds + 10.0)
+        priority = plan.compile_step.time_seconds + SWEEP_SLACK_SECONDS  # the compile's CPU, with priority
+        wall = plan.compile_step.wall_seconds + 10.0
+        report = await self._run(sb, plan, [], exec_timeout=wall, priority_cpu=priority)
         clean = report.clean is not False
         compiled = report.compile
         if compiled is None:
@@ -338,9 +347,14 @@ class Judge:
         limit, so the sandbox, on evidence from outside the program, decides whether it was starved.
         """
         alone = dataclasses.replace(plan, step=dataclasses.replace(plan.step, wall_seconds=plan.rerun_seconds() * 10))
+        # with CPU priority over the other sandboxes (where the backend can), within what the re-run may use:
+        # its compile, its case's CPU limit with a margin, the runner's start and sweep
+        compile_cpu = plan.compile_step.time_seconds if plan.compile_step is not None else 0.0
+        priority = compile_cpu + 1.5 * plan.step.time_seconds + SWEEP_SLACK_SECONDS
         why, clean = "", True
         for _ in range(self.starved_retries):
-            report = await self._run(sb, alone, [[case.stdin_bytes()]], exec_timeout=plan.rerun_seconds())
+            inputs = [[case.stdin_bytes()]]
+            report = await self._run(sb, alone, inputs, exec_timeout=plan.rerun_seconds(), priority_cpu=priority)
             clean = clean and report.clean is not False
             if report.cases:
                 return report.cases[0], "", clean

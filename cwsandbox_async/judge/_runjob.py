@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .._sandbox import Sandbox
     from .._types import ExecResult
 
-__all__ = ["RUNNER_SOURCE", "Ended", "JobReport", "RawCase", "Step", "run_job"]
+__all__ = ["RUNNER_SOURCE", "SWEEP_SLACK_SECONDS", "Ended", "JobReport", "RawCase", "Step", "run_job"]
 
 _SANDBOXED = resources.files(__package__).joinpath("sandboxed")
 #: The runner as one script: the sweep's functions, then the runner (``sandboxed/``).
@@ -183,6 +183,7 @@ async def run_job(
     stop_on_failure: bool = False,
     exec_timeout_seconds: float | None = None,
     remove: Sequence[str] | None = None,
+    priority_cpu_seconds: float | None = None,
 ) -> JobReport:
     """Run ``inputs`` (per case: stdin, then the contents of ``files``) under ``step``, in one exclusive exec.
 
@@ -192,6 +193,10 @@ async def run_job(
     exec ended before its sweep, a follow-up exec sweeps by time. Raises ``JudgeError`` if the
     runner could not start, and the exec's errors that are neither the program's nor the
     platform's (a stopped sandbox, bad input, bugs); everything else is in the report's ``ended``.
+
+    ``priority_cpu_seconds``: run the exec with CPU priority over the other sandboxes (where the backend
+    can: ``Sandbox.exec(cpu_priority=True)``) within that CPU budget, for a re-run of what was starved;
+    an exec that uses it all ended by the program's doing (``Ended.TIMED_OUT``).
     """
     writes = dict(write or {})
     job = step.as_job()
@@ -214,7 +219,7 @@ async def run_job(
     cap = per_case * (len(inputs) + 1) + 4096
     if exec_timeout_seconds is None:
         exec_timeout_seconds = job_seconds(step, len(inputs), compile_step, sweep=remove is not None)
-    report = await _exec(sandbox, b"".join(payload), exec_timeout_seconds, cap, remove)
+    report = await _exec(sandbox, b"".join(payload), exec_timeout_seconds, cap, remove, priority_cpu_seconds)
     if remove is not None and report.clean is not True:
         clean = await sweep_after(sandbox, report.t0, remove)
         report = dataclasses.replace(report, clean=clean)
@@ -231,10 +236,19 @@ def job_seconds(step: Step, cases: int, compile_step: Step | None, *, sweep: boo
     return total
 
 
-async def _exec(sandbox: Sandbox, stdin: bytes, seconds: float, cap: int, remove: Sequence[str] | None) -> JobReport:
+async def _exec(
+    sandbox: Sandbox, stdin: bytes, seconds: float, cap: int, remove: Sequence[str] | None, cpu: float | None
+) -> JobReport:
     try:
         result = await sandbox.run_python(
-            RUNNER_SOURCE, stdin=stdin, timeout_seconds=seconds, cwd="/", max_output_bytes=cap, exclusive=True
+            RUNNER_SOURCE,
+            stdin=stdin,
+            timeout_seconds=seconds,
+            cwd="/",
+            max_output_bytes=cap,
+            exclusive=True,
+            cpu_seconds=cpu,
+            cpu_priority=cpu is not None,
         )
     except SandboxTimeoutError as exc:
         parsed = _parse(exc.result.stdout_bytes if exc.result is not None else b"")
@@ -246,6 +260,11 @@ async def _exec(sandbox: Sandbox, stdin: bytes, seconds: float, cap: int, remove
         # A dead sandbox or broken channel: the program's doing unless the error says it was the platform.
         ended = Ended.INFRASTRUCTURE if exc.infrastructure else Ended.RUNNER_KILLED
         return JobReport(None, [], ended, detail=exc.message)
+    if cpu is not None and result.cpu_exceeded:  # a prioritised re-run used its whole CPU budget: the program did
+        parsed = _parse(result.stdout_bytes)
+        detail = f"it used the re-run's CPU budget ({cpu:g} s) with CPU priority"
+        ended = Ended.TIMED_OUT
+        return JobReport(parsed.compiled, parsed.cases, ended, detail=detail, clean=parsed.clean, t0=parsed.t0)
     try:
         return _report(result)
     except JudgeError:
