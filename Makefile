@@ -18,7 +18,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 # tests use (tqdm, for the progress bar's test).
 FAST_DEPS := pytest pytest-timeout hypothesis looptime kubernetes kubernetes-asyncio tqdm
 
-.PHONY: demo docs test test-fast test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean \
+.PHONY: demo docs test test-fast test-lowest test-trl-lowest test-live-coreweave lint typecheck examples bench bench-quick clean \
 	build-cluster cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml
@@ -73,6 +73,11 @@ test: $(DEV_STAMP)
 test-fast: $(FAST_STAMP)
 	$(PY) -m pytest -m fast
 
+# The fast lane and a few local-backend e2e tests on the LOWEST runtime dependencies pyproject.toml allows
+# (each pinned to its floor), in .venv-lowest (tests/deps_lowest.py; the newest end is `make test`).
+test-lowest: $(FAST_STAMP)
+	$(PY) tests/deps_lowest.py
+
 # The TRL tests again on the lowest TRL the trl extra allows, in .venv-trl-lowest (needs the trl
 # extra installed in .venv: torch, transformers and the rest are reused from there).
 test-trl-lowest: $(DEV_STAMP)
@@ -125,4 +130,4 @@ bench-quick: $(DEV_STAMP)
 	$(PY) -m benchmarks --quick
 
 clean:
-	rm -rf $(VENV) .venv-trl-lowest .pytest_cache .mypy_cache .ruff_cache benchmarks/out
+	rm -rf $(VENV) .venv-trl-lowest .venv-lowest .pytest_cache .mypy_cache .ruff_cache benchmarks/out
