@@ -29,16 +29,7 @@ async def attach(session: Session, sandbox_id: str, *, adopt: bool, timeout_seco
     start = time.monotonic()
     with backend_call("attach", timeout, sandbox_id=sandbox_id):
         defaults = await backend.attach(sandbox_id, session.defaults, session_id=session.session_id, adopt=adopt)
-    sb = Sandbox(
-        sandbox_id=sandbox_id,
-        backend=backend,
-        defaults=defaults,
-        metrics=session.metrics,
-        timeouts=session.timeouts,
-        budget=session.close_budget,
-        on_stopped=session._forget,
-        startup_seconds=time.monotonic() - start,
-    )
+    sb = session._handle(sandbox_id, defaults, time.monotonic() - start)
     if adopt:  # stopped with the session's own at its close
         session._sandboxes[sandbox_id] = sb
     log.debug("sandbox attached", sandbox_id=sandbox_id, adopt=adopt, seconds=round(sb.startup_seconds, 4))

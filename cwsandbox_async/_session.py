@@ -331,16 +331,7 @@ class Session:
             raise
         self._creating.discard(sandbox_id)
         startup = time.monotonic() - start
-        sb = Sandbox(
-            sandbox_id=sandbox_id,
-            backend=backend,
-            defaults=defaults,
-            metrics=self.metrics,
-            timeouts=self.timeouts,
-            budget=self.close_budget,
-            on_stopped=self._forget,
-            startup_seconds=startup,
-        )
+        sb = self._handle(sandbox_id, defaults, startup)
         self._sandboxes[sandbox_id] = sb
         self.metrics.sandbox_created(sandbox_id, startup)
         log.debug("sandbox created", sandbox_id=sandbox_id, startup_seconds=round(startup, 4))
@@ -382,6 +373,19 @@ class Session:
 
     def _forget(self, sb: Sandbox) -> None:
         self._sandboxes.pop(sb.sandbox_id, None)
+
+    def _handle(self, sandbox_id: str, defaults: SandboxDefaults, startup_seconds: float) -> Sandbox:
+        """A handle to a running sandbox, wired to this session (metrics, timeouts, close budget, forget)."""
+        return Sandbox(
+            sandbox_id=sandbox_id,
+            backend=self.backend,
+            defaults=defaults,
+            metrics=self.metrics,
+            timeouts=self.timeouts,
+            budget=self.close_budget,
+            on_stopped=self._forget,
+            startup_seconds=startup_seconds,
+        )
 
     # -- list and sweep --------------------------------------------------------
     async def list(
